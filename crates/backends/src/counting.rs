@@ -1,0 +1,113 @@
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::{Store, StoreError};
+
+/// Counts of the operations a [`CountingStore`] has seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Calls to `read_at`.
+    pub reads: u64,
+    /// Bytes returned by `read_at`.
+    pub bytes_read: u64,
+    /// Calls to `write_at`.
+    pub writes: u64,
+    /// Bytes passed to `write_at`.
+    pub bytes_written: u64,
+    /// Calls to `sync`.
+    pub syncs: u64,
+}
+
+/// Wraps a store and counts what passes through it: how tests check that
+/// concurrent misses to one page read it once, or that a clean page is
+/// evicted without a write.
+#[derive(Debug, Default)]
+pub struct CountingStore<S> {
+    inner: S,
+    reads: AtomicU64,
+    bytes_read: AtomicU64,
+    writes: AtomicU64,
+    bytes_written: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl<S: Store> CountingStore<S> {
+    /// Wraps `inner` with all counts at zero.
+    pub fn new(inner: S) -> Self {
+        CountingStore {
+            inner,
+            reads: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> StoreCounts {
+        StoreCounts {
+            reads: self.reads.load(Relaxed),
+            bytes_read: self.bytes_read.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            syncs: self.syncs.load(Relaxed),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Store> Store for CountingStore<S> {
+    fn len(&self) -> Result<u64, StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        self.reads.fetch_add(1, Relaxed);
+        let n = self.inner.read_at(offset, buf)?;
+        self.bytes_read.fetch_add(n as u64, Relaxed);
+        Ok(n)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        self.writes.fetch_add(1, Relaxed);
+        self.bytes_written.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        self.syncs.fetch_add(1, Relaxed);
+        self.inner.sync()
+    }
+    fn is_writable(&self) -> bool {
+        self.inner.is_writable()
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[test]
+    fn counts_operations_and_bytes() {
+        let s = CountingStore::new(MemoryStore::new(vec![0; 100]));
+        let mut buf = [0u8; 64];
+        s.read_at(50, &mut buf).unwrap();
+        s.write_at(0, &[1; 10]).unwrap();
+        s.sync().unwrap();
+        assert_eq!(
+            s.counts(),
+            StoreCounts { reads: 1, bytes_read: 50, writes: 1, bytes_written: 10, syncs: 1 }
+        );
+    }
+}

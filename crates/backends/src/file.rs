@@ -1,0 +1,168 @@
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+
+use crate::{Store, StoreError, StoreOp};
+
+/// A file or block device accessed with `pread`, `pwrite` and `fdatasync`.
+///
+/// The store owns its own duplicate of the descriptor, so the caller may
+/// close the `File` it was built from.
+#[derive(Debug)]
+pub struct FileStore {
+    file: File,
+    writable: bool,
+    block_device: bool,
+}
+
+impl FileStore {
+    /// Wraps a duplicate of `file`. Whether writes are allowed follows the
+    /// descriptor's access mode (`O_RDONLY` makes a read-only store).
+    pub fn new(file: &File) -> std::io::Result<Self> {
+        let file = file.try_clone()?;
+        // SAFETY: F_GETFL on a descriptor we own reads its flags and
+        // touches no memory.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mode = flags & libc::O_ACCMODE;
+        if mode == libc::O_WRONLY {
+            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+        }
+        let meta = file.metadata()?;
+        use std::os::unix::fs::FileTypeExt;
+        let block_device = meta.file_type().is_block_device();
+        if !meta.is_file() && !block_device {
+            return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Ok(FileStore {
+            file,
+            writable: mode == libc::O_RDWR,
+            block_device,
+        })
+    }
+
+    /// The underlying file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Store for FileStore {
+    fn len(&self) -> Result<u64, StoreError> {
+        if self.block_device {
+            use std::io::{Seek, SeekFrom};
+            let mut f = &self.file;
+            return f
+                .seek(SeekFrom::End(0))
+                .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e));
+        }
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        if !self.writable {
+            return Err(StoreError::new(StoreOp::Len, len, libc::EBADF));
+        }
+        if self.block_device {
+            return if self.len()? >= len {
+                Ok(())
+            } else {
+                Err(StoreError::new(StoreOp::Len, len, libc::EFBIG))
+            };
+        }
+        self.file
+            .set_len(len)
+            .map_err(|e| StoreError::from_io(StoreOp::Len, len, &e))
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        if !self.writable {
+            return Err(StoreError::new(StoreOp::Write, offset, libc::EBADF));
+        }
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| StoreError::from_io(StoreOp::Write, offset, &e))
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::from_io(StoreOp::Sync, 0, &e))
+    }
+
+    fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    fn name(&self) -> &str {
+        "file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn reads_short_at_end_and_writes_extend() {
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&[1u8; 6000]).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(tmp.path())
+            .unwrap();
+        let s = FileStore::new(&f).unwrap();
+        drop(f);
+        assert!(s.is_writable());
+        let mut buf = [9u8; 4096];
+        assert_eq!(s.read_at(4096, &mut buf).unwrap(), 6000 - 4096);
+        assert!(buf[..6000 - 4096].iter().all(|&b| b == 1));
+        assert!(buf[6000 - 4096..].iter().all(|&b| b == 9));
+        s.write_at(8192, &[2u8; 100]).unwrap();
+        assert_eq!(s.len().unwrap(), 8292);
+        s.sync().unwrap();
+        assert_eq!(s.read_at(100_000, &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn read_only_descriptor_refuses_writes() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let f = std::fs::File::open(tmp.path()).unwrap();
+        let s = FileStore::new(&f).unwrap();
+        assert!(!s.is_writable());
+        let e = s.write_at(0, b"x").unwrap_err();
+        assert_eq!((e.op, e.errno), (StoreOp::Write, libc::EBADF));
+        assert_eq!(s.set_len(10).unwrap_err().errno, libc::EBADF);
+    }
+
+    #[test]
+    fn write_only_descriptor_is_refused() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(tmp.path()).unwrap();
+        let e = FileStore::new(&f).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES));
+    }
+}

@@ -1,0 +1,199 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The bound on the bytes the cache holds, shared by every region of a
+/// runtime, with the watermarks that drive background eviction.
+///
+/// Accounting is one atomic counter; [`FrameCredit`] lets a thread reserve
+/// in batches so that most fills touch only thread-local state.
+#[derive(Debug)]
+pub struct FrameBudget {
+    limit: u64,
+    high: u64,
+    low: u64,
+    used: AtomicU64,
+}
+
+impl FrameBudget {
+    /// A budget of `limit` bytes. Background eviction starts above
+    /// `high_percent` of it and stops below `low_percent`.
+    ///
+    /// # Panics
+    /// If `low_percent > high_percent` or `high_percent > 100`; callers
+    /// validate user input before.
+    pub fn new(limit: u64, high_percent: u8, low_percent: u8) -> FrameBudget {
+        assert!(low_percent <= high_percent && high_percent <= 100);
+        FrameBudget {
+            limit,
+            high: (limit as u128 * high_percent as u128 / 100) as u64,
+            low: (limit as u128 * low_percent as u128 / 100) as u64,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Reserves `bytes` if that keeps the total within the limit.
+    #[inline]
+    pub fn try_reserve(&self, bytes: u64) -> bool {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            let Some(new) = used.checked_add(bytes).filter(|&n| n <= self.limit) else {
+                return false;
+            };
+            match self
+                .used
+                .compare_exchange_weak(used, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Returns `bytes` to the budget.
+    #[inline]
+    pub fn release(&self, bytes: u64) {
+        let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(prev >= bytes, "released more than reserved");
+    }
+
+    /// Bytes reserved now (resident pages, pages being filled, and credit
+    /// held by threads).
+    #[inline]
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The bound, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Use above which background eviction should run.
+    pub fn high_water(&self) -> u64 {
+        self.high
+    }
+
+    /// Use at which background eviction may stop.
+    pub fn low_water(&self) -> u64 {
+        self.low
+    }
+
+    /// Whether background eviction should run.
+    #[inline]
+    pub fn above_high(&self) -> bool {
+        self.used() > self.high
+    }
+
+    /// How many bytes eviction must free to reach the low watermark.
+    pub fn excess_over_low(&self) -> u64 {
+        self.used().saturating_sub(self.low)
+    }
+}
+
+/// Budget a thread has reserved ahead and not yet spent: fills take from it
+/// without touching the shared counter, and it is refilled in batches.
+///
+/// Return unspent credit with [`release_all`](FrameCredit::release_all)
+/// before the thread exits or blocks for long.
+#[derive(Debug, Default)]
+pub struct FrameCredit {
+    held: u64,
+}
+
+impl FrameCredit {
+    /// Takes `bytes` from the thread's credit, refilling it from `budget`
+    /// with up to `batch` bytes at once. Returns false when the budget is
+    /// exhausted (eviction must free something first).
+    #[inline]
+    pub fn take(&mut self, budget: &FrameBudget, bytes: u64, batch: u64) -> bool {
+        if self.held >= bytes {
+            self.held -= bytes;
+            return true;
+        }
+        let want = bytes.max(batch) - self.held;
+        if budget.try_reserve(want) {
+            self.held += want;
+            self.held -= bytes;
+            return true;
+        }
+        // Near the limit: reserve exactly what is missing, no batch.
+        if budget.try_reserve(bytes - self.held) {
+            self.held = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Gives back all unspent credit.
+    pub fn release_all(&mut self, budget: &FrameBudget) {
+        if self.held > 0 {
+            budget.release(self.held);
+            self.held = 0;
+        }
+    }
+
+    /// Unspent credit in bytes.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_exceeds_limit() {
+        let b = FrameBudget::new(10_000, 90, 70);
+        assert!(b.try_reserve(6000));
+        assert!(!b.try_reserve(6000));
+        assert!(b.try_reserve(4000));
+        assert_eq!(b.used(), 10_000);
+        assert!(b.above_high());
+        b.release(6000);
+        assert_eq!(b.excess_over_low(), 0);
+        assert!(!b.try_reserve(u64::MAX), "overflow is refused, not wrapped");
+    }
+
+    #[test]
+    fn credit_batches_and_falls_back_to_exact() {
+        let b = FrameBudget::new(20_000, 90, 70);
+        let mut c = FrameCredit::default();
+        assert!(c.take(&b, 4096, 16384));
+        assert_eq!(b.used(), 16384);
+        assert_eq!(c.held(), 16384 - 4096);
+        for _ in 0..3 {
+            assert!(c.take(&b, 4096, 16384));
+        }
+        assert_eq!(c.held(), 0);
+        // 3616 bytes left in the budget: a batch does not fit, one page does not either.
+        assert!(!c.take(&b, 4096, 16384));
+        assert!(c.take(&b, 3616, 16384));
+        assert_eq!(b.used(), 20_000);
+        c.release_all(&b);
+        assert_eq!(b.used(), 20_000);
+    }
+
+    #[test]
+    fn concurrent_reservations_stay_within_limit() {
+        let b = std::sync::Arc::new(FrameBudget::new(4096 * 100, 90, 70));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    let mut got = 0;
+                    for _ in 0..10_000 {
+                        if b.try_reserve(4096) {
+                            got += 1;
+                            assert!(b.used() <= b.limit());
+                            b.release(4096);
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        let total: u32 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(total > 0);
+        assert_eq!(b.used(), 0);
+    }
+}

@@ -1,0 +1,230 @@
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const KIND_MASK: u8 = 0b0011;
+const BUSY: u8 = 0b0100;
+const REFERENCED: u8 = 0b1000;
+
+/// The stable states of a page of a region.
+///
+/// | state | in memory | matches the store | write-protected |
+/// |---|---|---|---|
+/// | `Empty` | no | - | - |
+/// | `Clean` | yes | yes | yes (writable regions) |
+/// | `Dirty` | yes | no | no |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PageState {
+    /// Not resident: the next access faults as a miss.
+    Empty = 0,
+    /// Resident and equal to the store.
+    Clean = 1,
+    /// Resident and written since it was last read or written back.
+    Dirty = 2,
+}
+
+impl PageState {
+    fn from_bits(bits: u8) -> PageState {
+        match bits & KIND_MASK {
+            0 => PageState::Empty,
+            1 => PageState::Clean,
+            _ => PageState::Dirty,
+        }
+    }
+}
+
+/// A page's state as read at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// Nobody is changing the page.
+    Stable(PageState),
+    /// A thread holds the page busy (filling, dirtying, writing back or
+    /// evicting it) and will wake any thread that faults on it meanwhile.
+    /// The state it had when it was locked is given.
+    Busy(PageState),
+}
+
+/// Per-page state of one region: one atomic byte per page, like a page
+/// table. Memory comes zeroed from the allocator (which maps large tables
+/// lazily), so an untouched part of a huge region costs nothing.
+///
+/// A thread changes a page only while it holds the page busy:
+/// [`try_lock`](PageTable::try_lock) moves a stable state to busy,
+/// [`unlock`](PageTable::unlock) stores the new stable state. This is what
+/// makes concurrent misses to one page issue one read: the second faulting
+/// thread sees the page busy and waits for the first to install it.
+pub struct PageTable {
+    states: Box<[AtomicU8]>,
+}
+
+impl std::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTable").field("pages", &self.len()).finish()
+    }
+}
+
+impl PageTable {
+    /// A table of `pages` pages, all `Empty`.
+    pub fn new(pages: usize) -> PageTable {
+        let zeroed: Box<[u8]> = vec![0u8; pages].into_boxed_slice();
+        let raw = Box::into_raw(zeroed) as *mut [AtomicU8];
+        // SAFETY: AtomicU8 has the same size, alignment and bit validity as
+        // u8, and the box's allocation is handed over whole.
+        let states = unsafe { Box::from_raw(raw) };
+        PageTable { states }
+    }
+
+    /// Number of pages.
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether the table has no pages.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// The page's state now.
+    #[inline]
+    pub fn get(&self, page: usize) -> Observed {
+        let v = self.states[page].load(Ordering::Acquire);
+        let s = PageState::from_bits(v);
+        if v & BUSY != 0 {
+            Observed::Busy(s)
+        } else {
+            Observed::Stable(s)
+        }
+    }
+
+    /// Marks the page busy if it is stable in state `from`. Returns whether
+    /// this thread now owns the page.
+    #[inline]
+    pub fn try_lock(&self, page: usize, from: PageState) -> bool {
+        let cell = &self.states[page];
+        let mut v = cell.load(Ordering::Relaxed);
+        loop {
+            if v & (BUSY | KIND_MASK) != from as u8 {
+                return false;
+            }
+            match cell.compare_exchange_weak(v, v | BUSY, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Stores the new stable state of a page this thread holds busy.
+    #[inline]
+    pub fn unlock(&self, page: usize, to: PageState) {
+        let cell = &self.states[page];
+        let mut v = cell.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(v & BUSY != 0, "unlock of a page that is not busy");
+            let new = (v & REFERENCED) | to as u8;
+            match cell.compare_exchange_weak(v, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Records a sign of use (a fault on the page), for CLOCK-like policies.
+    #[inline]
+    pub fn mark_referenced(&self, page: usize) {
+        let cell = &self.states[page];
+        if cell.load(Ordering::Relaxed) & REFERENCED == 0 {
+            cell.fetch_or(REFERENCED, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears the page's referenced bit and returns whether it was set.
+    #[inline]
+    pub fn take_referenced(&self, page: usize) -> bool {
+        self.states[page].fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
+    }
+
+    /// Counts the pages whose state, busy or not, is `state`.
+    pub fn count(&self, state: PageState) -> usize {
+        self.states
+            .iter()
+            .filter(|c| PageState::from_bits(c.load(Ordering::Relaxed)) == state)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn lock_unlock_cycle() {
+        let t = PageTable::new(4);
+        assert_eq!(t.get(1), Observed::Stable(PageState::Empty));
+        assert!(!t.try_lock(1, PageState::Clean));
+        assert!(t.try_lock(1, PageState::Empty));
+        assert_eq!(t.get(1), Observed::Busy(PageState::Empty));
+        assert!(!t.try_lock(1, PageState::Empty), "busy page cannot be locked twice");
+        t.unlock(1, PageState::Clean);
+        assert_eq!(t.get(1), Observed::Stable(PageState::Clean));
+        assert_eq!(t.count(PageState::Clean), 1);
+        assert_eq!(t.count(PageState::Empty), 3);
+    }
+
+    #[test]
+    fn referenced_bit_survives_transitions() {
+        let t = PageTable::new(1);
+        t.mark_referenced(0);
+        assert!(t.try_lock(0, PageState::Empty));
+        t.unlock(0, PageState::Dirty);
+        assert_eq!(t.get(0), Observed::Stable(PageState::Dirty));
+        assert!(t.take_referenced(0));
+        assert!(!t.take_referenced(0));
+    }
+
+    #[test]
+    fn concurrent_lockers_exclude_each_other() {
+        let t = std::sync::Arc::new(PageTable::new(1));
+        let owners = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (t, owners) = (t.clone(), owners.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        if t.try_lock(0, PageState::Empty) {
+                            assert_eq!(owners.fetch_add(1, Ordering::SeqCst), 0);
+                            owners.fetch_sub(1, Ordering::SeqCst);
+                            t.unlock(0, PageState::Empty);
+                        }
+                        t.mark_referenced(0);
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        assert_eq!(t.get(0), Observed::Stable(PageState::Empty));
+    }
+
+    proptest! {
+        // The table behaves like a model map page -> (state, busy).
+        #[test]
+        fn matches_model(ops in proptest::collection::vec((0usize..8, 0u8..3, any::<bool>()), 1..200)) {
+            let t = PageTable::new(8);
+            let mut model = [(PageState::Empty, false); 8];
+            for (page, s, lock) in ops {
+                let s = PageState::from_bits(s);
+                if lock {
+                    let expect = !model[page].1 && model[page].0 == s;
+                    prop_assert_eq!(t.try_lock(page, s), expect);
+                    if expect { model[page].1 = true; }
+                } else if model[page].1 {
+                    t.unlock(page, s);
+                    model[page] = (s, false);
+                }
+                let want = if model[page].1 { Observed::Busy(model[page].0) } else { Observed::Stable(model[page].0) };
+                prop_assert_eq!(t.get(page), want);
+            }
+        }
+    }
+}

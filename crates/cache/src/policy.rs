@@ -1,0 +1,387 @@
+//! Eviction policies.
+//!
+//! umio sees no hardware accessed bits: a read of a resident page never
+//! reaches it. The signals it has are faults: a miss, a first write to a
+//! clean page (write-protect fault), and explicit prefetch or advice. Core
+//! records those in the page's referenced bit ([`PageTable::mark_referenced`]
+//! (crate::PageTable::mark_referenced)); [`Clock`] gives a page with that bit
+//! set a second chance.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::{Observed, PageState};
+
+/// Names one page of one region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PageKey {
+    /// The region's id (never reused within a runtime).
+    pub region: u64,
+    /// The page's index within the region.
+    pub index: u64,
+}
+
+impl PageKey {
+    fn shard(&self, shards: usize) -> usize {
+        // Fibonacci hashing spreads consecutive pages over the shards.
+        let h = (self.region.rotate_left(32) ^ self.index).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> 32) as usize & (shards - 1)
+    }
+}
+
+/// What a policy may learn about a page it tracks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageProbe {
+    /// The page's state now.
+    pub state: Observed,
+    /// Whether the page was referenced since the last probe that cleared it.
+    pub referenced: bool,
+}
+
+/// Core's view of the pages, given to a policy while it picks victims.
+pub trait PageOracle {
+    /// The page's state, clearing its referenced bit if `clear_referenced`.
+    /// `None` if the page's region is gone.
+    fn probe(&self, key: PageKey, clear_referenced: bool) -> Option<PageProbe>;
+}
+
+/// Decides which resident pages to evict.
+///
+/// Called from fillers (on every fill) and evictors; implementations take at
+/// most a short per-shard lock. A policy may track a page more than once or
+/// keep entries for pages no longer resident: [`select_victims`]
+/// (EvictionPolicy::select_victims) skips such entries by probing.
+pub trait EvictionPolicy: Send + Sync + 'static {
+    /// A short name for logs and stats.
+    fn name(&self) -> &'static str;
+
+    /// A page became resident.
+    fn inserted(&self, key: PageKey);
+
+    /// A region is gone: forget its pages.
+    fn forget_region(&self, region: u64);
+
+    /// Removes up to `max` victims and appends them to `out`. Victims must
+    /// be resident and not busy when probed; the caller still checks, as
+    /// the page can change right after.
+    fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>);
+
+    /// Number of entries tracked (resident pages plus stale entries).
+    fn tracked(&self) -> usize;
+}
+
+/// The built-in policies, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    /// First in, first out: the oldest fill is evicted first.
+    Fifo,
+    /// Second chance: a page referenced since the hand last passed is kept
+    /// once more.
+    #[default]
+    Clock,
+}
+
+impl PolicyKind {
+    /// Builds the policy.
+    pub fn build(self) -> Box<dyn EvictionPolicy> {
+        match self {
+            PolicyKind::Fifo => Box::new(Fifo::new()),
+            PolicyKind::Clock => Box::new(Clock::new()),
+        }
+    }
+}
+
+/// Queues of page keys, one per shard, each behind its own mutex.
+struct ShardedQueues {
+    shards: Box<[Mutex<VecDeque<PageKey>>]>,
+    cursor: AtomicUsize,
+}
+
+impl ShardedQueues {
+    fn new() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let n = (cpus * 4).next_power_of_two().min(256);
+        ShardedQueues {
+            shards: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
+            cursor: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, VecDeque<PageKey>> {
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, key: PageKey) {
+        self.lock(key.shard(self.shards.len())).push_back(key);
+    }
+
+    fn forget_region(&self, region: u64) {
+        for i in 0..self.shards.len() {
+            self.lock(i).retain(|k| k.region != region);
+        }
+    }
+
+    fn len(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+    }
+
+    /// Visits shards round robin; `pick` takes from one shard's queue and
+    /// returns how many victims it added.
+    fn select(&self, max: usize, mut pick: impl FnMut(&mut VecDeque<PageKey>, usize) -> usize) {
+        let n = self.shards.len();
+        let mut found = 0;
+        let mut idle_rounds = 0;
+        // Take a few victims per shard per visit, so a batch spreads over
+        // shards (and regions) instead of draining one queue.
+        let per_visit = (max / n).clamp(8, 64);
+        while found < max && idle_rounds < n {
+            let i = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
+            let got = pick(&mut self.lock(i), per_visit.min(max - found));
+            found += got;
+            if got == 0 {
+                idle_rounds += 1;
+            } else {
+                idle_rounds = 0;
+            }
+        }
+    }
+}
+
+/// Whether a probed page can be evicted now, should be kept in the queue,
+/// or dropped from it.
+enum Verdict {
+    Victim,
+    Keep,
+    Drop,
+}
+
+fn judge(probe: Option<PageProbe>, second_chance: bool) -> Verdict {
+    match probe {
+        None => Verdict::Drop,
+        Some(p) => match p.state {
+            Observed::Stable(PageState::Empty) => Verdict::Drop,
+            Observed::Busy(PageState::Empty) => Verdict::Drop,
+            Observed::Busy(_) => Verdict::Keep,
+            Observed::Stable(_) if second_chance && p.referenced => Verdict::Keep,
+            Observed::Stable(_) => Verdict::Victim,
+        },
+    }
+}
+
+/// First in, first out.
+pub struct Fifo {
+    queues: ShardedQueues,
+}
+
+impl Fifo {
+    /// An empty FIFO.
+    pub fn new() -> Self {
+        Fifo { queues: ShardedQueues::new() }
+    }
+}
+
+impl Default for Fifo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EvictionPolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+    fn inserted(&self, key: PageKey) {
+        self.queues.push(key);
+    }
+    fn forget_region(&self, region: u64) {
+        self.queues.forget_region(region);
+    }
+    fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
+        self.queues.select(max, |q, want| {
+            let mut got = 0;
+            let mut kept = Vec::new();
+            // Look at no more entries than the queue holds, so busy pages
+            // moved to the back are not seen twice in one visit.
+            let mut budget = q.len();
+            while got < want && budget > 0 {
+                budget -= 1;
+                let Some(key) = q.pop_front() else { break };
+                match judge(oracle.probe(key, false), false) {
+                    Verdict::Victim => {
+                        out.push(key);
+                        got += 1;
+                    }
+                    Verdict::Keep => kept.push(key),
+                    Verdict::Drop => {}
+                }
+            }
+            // Busy pages keep their place at the front.
+            for key in kept.into_iter().rev() {
+                q.push_front(key);
+            }
+            got
+        });
+    }
+    fn tracked(&self) -> usize {
+        self.queues.len()
+    }
+}
+
+/// CLOCK (second chance): the hand passes over pages in fill order; a page
+/// referenced since the last pass has its bit cleared and is kept.
+pub struct Clock {
+    queues: ShardedQueues,
+}
+
+impl Clock {
+    /// An empty CLOCK.
+    pub fn new() -> Self {
+        Clock { queues: ShardedQueues::new() }
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EvictionPolicy for Clock {
+    fn name(&self) -> &'static str {
+        "clock"
+    }
+    fn inserted(&self, key: PageKey) {
+        self.queues.push(key);
+    }
+    fn forget_region(&self, region: u64) {
+        self.queues.forget_region(region);
+    }
+    fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
+        self.queues.select(max, |q, want| {
+            let mut got = 0;
+            // One sweep per visit: a page whose bit this sweep clears is
+            // taken only after the hand has passed over the other shards.
+            let mut budget = q.len();
+            while got < want && budget > 0 {
+                budget -= 1;
+                let Some(key) = q.pop_front() else { break };
+                match judge(oracle.probe(key, true), true) {
+                    Verdict::Victim => {
+                        out.push(key);
+                        got += 1;
+                    }
+                    Verdict::Keep => q.push_back(key),
+                    Verdict::Drop => {}
+                }
+            }
+            got
+        });
+    }
+    fn tracked(&self) -> usize {
+        self.queues.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PageTable;
+
+    struct OneRegion(PageTable);
+
+    impl PageOracle for OneRegion {
+        fn probe(&self, key: PageKey, clear: bool) -> Option<PageProbe> {
+            if key.region != 1 {
+                return None;
+            }
+            let i = key.index as usize;
+            let referenced = if clear {
+                self.0.take_referenced(i)
+            } else {
+                false
+            };
+            Some(PageProbe { state: self.0.get(i), referenced })
+        }
+    }
+
+    fn resident(n: usize) -> OneRegion {
+        let t = PageTable::new(n);
+        for i in 0..n {
+            assert!(t.try_lock(i, PageState::Empty));
+            t.unlock(i, PageState::Clean);
+        }
+        OneRegion(t)
+    }
+
+    fn key(i: u64) -> PageKey {
+        PageKey { region: 1, index: i }
+    }
+
+    #[test]
+    fn fifo_evicts_all_each_once_and_skips_busy_and_gone() {
+        let o = resident(100);
+        let p = Fifo::new();
+        for i in 0..100 {
+            p.inserted(key(i));
+        }
+        p.inserted(PageKey { region: 9, index: 0 }); // region gone
+        assert!(o.0.try_lock(5, PageState::Clean)); // busy
+        let mut out = Vec::new();
+        p.select_victims(&o, 1000, &mut out);
+        out.sort();
+        let want: Vec<_> = (0..100).filter(|&i| i != 5).map(key).collect();
+        assert_eq!(out, want);
+        assert_eq!(p.tracked(), 1, "only the busy page stays tracked");
+    }
+
+    #[test]
+    fn fifo_order_within_a_shard() {
+        let o = resident(4096);
+        let p = Fifo::new();
+        for i in 0..4096 {
+            p.inserted(key(i));
+        }
+        let mut first = Vec::new();
+        p.select_victims(&o, 64, &mut first);
+        assert_eq!(first.len(), 64);
+        // Within each shard the victims are the oldest insertions.
+        for w in first.windows(2) {
+            if w[0].shard(p.queues.shards.len()) == w[1].shard(p.queues.shards.len()) {
+                assert!(w[0].index < w[1].index);
+            }
+        }
+    }
+
+    #[test]
+    fn clock_spares_referenced_pages_once() {
+        let o = resident(64);
+        let p = Clock::new();
+        for i in 0..64 {
+            p.inserted(key(i));
+        }
+        for i in 0..32 {
+            o.0.mark_referenced(i);
+        }
+        let mut out = Vec::new();
+        p.select_victims(&o, 32, &mut out);
+        assert_eq!(out.len(), 32);
+        assert!(out.iter().all(|k| k.index >= 32), "referenced pages were spared: {out:?}");
+        // Their bits are now clear: they go next.
+        let mut more = Vec::new();
+        p.select_victims(&o, 64, &mut more);
+        assert_eq!(more.len(), 32);
+        assert!(more.iter().all(|k| k.index < 32));
+    }
+
+    #[test]
+    fn forget_region_empties_queues() {
+        let p = Clock::new();
+        for i in 0..100 {
+            p.inserted(key(i));
+            p.inserted(PageKey { region: 2, index: i });
+        }
+        p.forget_region(1);
+        assert_eq!(p.tracked(), 100);
+    }
+}
