@@ -107,7 +107,13 @@ mod tests {
         s.sync().unwrap();
         assert_eq!(
             s.counts(),
-            StoreCounts { reads: 1, bytes_read: 50, writes: 1, bytes_written: 10, syncs: 1 }
+            StoreCounts {
+                reads: 1,
+                bytes_read: 50,
+                writes: 1,
+                bytes_written: 10,
+                syncs: 1
+            }
         );
     }
 }

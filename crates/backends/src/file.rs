@@ -161,7 +161,10 @@ mod tests {
     #[test]
     fn write_only_descriptor_is_refused() {
         let tmp = tempfile::NamedTempFile::new().unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(tmp.path()).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(tmp.path())
+            .unwrap();
         let e = FileStore::new(&f).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EACCES));
     }

@@ -42,7 +42,8 @@ impl Store for MemoryStore {
         if self.read_only {
             return Err(StoreError::new(StoreOp::Len, len, libc::EBADF));
         }
-        let len = usize::try_from(len).map_err(|_| StoreError::new(StoreOp::Len, len, libc::EFBIG))?;
+        let len =
+            usize::try_from(len).map_err(|_| StoreError::new(StoreOp::Len, len, libc::EFBIG))?;
         self.bytes
             .write()
             .unwrap_or_else(|e| e.into_inner())

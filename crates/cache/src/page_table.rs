@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 const KIND_MASK: u8 = 0b0011;
 const BUSY: u8 = 0b0100;
 const REFERENCED: u8 = 0b1000;
+const WAITERS: u8 = 0b1_0000;
 
 /// The stable states of a page of a region.
 ///
@@ -58,7 +59,9 @@ pub struct PageTable {
 
 impl std::fmt::Debug for PageTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PageTable").field("pages", &self.len()).finish()
+        f.debug_struct("PageTable")
+            .field("pages", &self.len())
+            .finish()
     }
 }
 
@@ -113,15 +116,43 @@ impl PageTable {
     }
 
     /// Stores the new stable state of a page this thread holds busy.
+    /// Returns whether a thread registered as a waiter meanwhile
+    /// ([`add_waiter`](PageTable::add_waiter)): the caller must then wake
+    /// the page's faulting threads.
     #[inline]
-    pub fn unlock(&self, page: usize, to: PageState) {
+    #[must_use = "waiters registered on the page must be woken"]
+    pub fn unlock(&self, page: usize, to: PageState) -> bool {
         let cell = &self.states[page];
         let mut v = cell.load(Ordering::Relaxed);
         loop {
             debug_assert!(v & BUSY != 0, "unlock of a page that is not busy");
             let new = (v & REFERENCED) | to as u8;
-            match cell.compare_exchange_weak(v, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
+            match cell.compare_exchange_weak(v, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return v & WAITERS != 0,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Registers a faulting thread's wait on a busy page: the owner will
+    /// learn of it when it unlocks, and wake it. Returns false if the page
+    /// is not busy (any more): the caller must look at it again.
+    ///
+    /// This is how misses to one page coalesce: the second fault costs a
+    /// flag, not a read.
+    #[inline]
+    pub fn add_waiter(&self, page: usize) -> bool {
+        let cell = &self.states[page];
+        let mut v = cell.load(Ordering::Relaxed);
+        loop {
+            if v & BUSY == 0 {
+                return false;
+            }
+            if v & WAITERS != 0 {
+                return true;
+            }
+            match cell.compare_exchange_weak(v, v | WAITERS, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
                 Err(now) => v = now,
             }
         }
@@ -163,8 +194,12 @@ mod tests {
         assert!(!t.try_lock(1, PageState::Clean));
         assert!(t.try_lock(1, PageState::Empty));
         assert_eq!(t.get(1), Observed::Busy(PageState::Empty));
-        assert!(!t.try_lock(1, PageState::Empty), "busy page cannot be locked twice");
-        t.unlock(1, PageState::Clean);
+        assert!(
+            !t.try_lock(1, PageState::Empty),
+            "busy page cannot be locked twice"
+        );
+        assert!(!t.unlock(1, PageState::Clean), "nobody waited");
+        assert!(!t.add_waiter(1), "a stable page takes no waiter");
         assert_eq!(t.get(1), Observed::Stable(PageState::Clean));
         assert_eq!(t.count(PageState::Clean), 1);
         assert_eq!(t.count(PageState::Empty), 3);
@@ -175,8 +210,12 @@ mod tests {
         let t = PageTable::new(1);
         t.mark_referenced(0);
         assert!(t.try_lock(0, PageState::Empty));
-        t.unlock(0, PageState::Dirty);
+        assert!(t.add_waiter(0));
+        assert!(t.add_waiter(0));
+        assert!(t.unlock(0, PageState::Dirty), "the waiter is reported");
         assert_eq!(t.get(0), Observed::Stable(PageState::Dirty));
+        assert!(t.try_lock(0, PageState::Dirty));
+        assert!(!t.unlock(0, PageState::Dirty), "waiters are reported once");
         assert!(t.take_referenced(0));
         assert!(!t.take_referenced(0));
     }
@@ -193,7 +232,9 @@ mod tests {
                         if t.try_lock(0, PageState::Empty) {
                             assert_eq!(owners.fetch_add(1, Ordering::SeqCst), 0);
                             owners.fetch_sub(1, Ordering::SeqCst);
-                            t.unlock(0, PageState::Empty);
+                            let _ = t.unlock(0, PageState::Empty);
+                        } else {
+                            let _ = t.add_waiter(0);
                         }
                         t.mark_referenced(0);
                     }
@@ -219,7 +260,7 @@ mod tests {
                     prop_assert_eq!(t.try_lock(page, s), expect);
                     if expect { model[page].1 = true; }
                 } else if model[page].1 {
-                    t.unlock(page, s);
+                    let _ = t.unlock(page, s);
                     model[page] = (s, false);
                 }
                 let want = if model[page].1 { Observed::Busy(model[page].0) } else { Observed::Stable(model[page].0) };

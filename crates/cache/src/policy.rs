@@ -177,7 +177,9 @@ pub struct Fifo {
 impl Fifo {
     /// An empty FIFO.
     pub fn new() -> Self {
-        Fifo { queues: ShardedQueues::new() }
+        Fifo {
+            queues: ShardedQueues::new(),
+        }
     }
 }
 
@@ -237,7 +239,9 @@ pub struct Clock {
 impl Clock {
     /// An empty CLOCK.
     pub fn new() -> Self {
-        Clock { queues: ShardedQueues::new() }
+        Clock {
+            queues: ShardedQueues::new(),
+        }
     }
 }
 
@@ -301,7 +305,10 @@ mod tests {
             } else {
                 false
             };
-            Some(PageProbe { state: self.0.get(i), referenced })
+            Some(PageProbe {
+                state: self.0.get(i),
+                referenced,
+            })
         }
     }
 
@@ -309,13 +316,16 @@ mod tests {
         let t = PageTable::new(n);
         for i in 0..n {
             assert!(t.try_lock(i, PageState::Empty));
-            t.unlock(i, PageState::Clean);
+            assert!(!t.unlock(i, PageState::Clean));
         }
         OneRegion(t)
     }
 
     fn key(i: u64) -> PageKey {
-        PageKey { region: 1, index: i }
+        PageKey {
+            region: 1,
+            index: i,
+        }
     }
 
     #[test]
@@ -325,7 +335,10 @@ mod tests {
         for i in 0..100 {
             p.inserted(key(i));
         }
-        p.inserted(PageKey { region: 9, index: 0 }); // region gone
+        p.inserted(PageKey {
+            region: 9,
+            index: 0,
+        }); // region gone
         assert!(o.0.try_lock(5, PageState::Clean)); // busy
         let mut out = Vec::new();
         p.select_victims(&o, 1000, &mut out);
@@ -366,7 +379,10 @@ mod tests {
         let mut out = Vec::new();
         p.select_victims(&o, 32, &mut out);
         assert_eq!(out.len(), 32);
-        assert!(out.iter().all(|k| k.index >= 32), "referenced pages were spared: {out:?}");
+        assert!(
+            out.iter().all(|k| k.index >= 32),
+            "referenced pages were spared: {out:?}"
+        );
         // Their bits are now clear: they go next.
         let mut more = Vec::new();
         p.select_victims(&o, 64, &mut more);
@@ -379,7 +395,10 @@ mod tests {
         let p = Clock::new();
         for i in 0..100 {
             p.inserted(key(i));
-            p.inserted(PageKey { region: 2, index: i });
+            p.inserted(PageKey {
+                region: 2,
+                index: i,
+            });
         }
         p.forget_region(1);
         assert_eq!(p.tracked(), 100);

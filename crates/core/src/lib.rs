@@ -1,1 +1,24 @@
-//! placeholder
+//! umio's runtime: files and other stores mapped into memory, their page
+//! faults served in user space through userfaultfd.
+//!
+//! See [`Runtime`] to start, [`Mapping`] for what a mapped region offers,
+//! and `docs/ARCHITECTURE.md` for how a fault is served.
+
+mod error;
+mod evict;
+mod fault;
+mod mapping;
+mod prefetch;
+mod region;
+mod runtime;
+mod stats;
+mod sys;
+mod writeback;
+
+pub use error::{Error, Result};
+pub use mapping::{MapOptions, Mapping};
+pub use prefetch::{Advice, Miss, PrefetchKind, Prefetcher, ReadAhead};
+pub use runtime::{
+    Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, kernel_features,
+};
+pub use stats::Stats;

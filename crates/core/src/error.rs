@@ -1,0 +1,80 @@
+use umio_backends::StoreError;
+
+/// Errors of umio's runtime and mappings.
+///
+/// Each keeps the errno it stands for ([`Error::errno`]), which is what the
+/// C ABI reports.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// An argument is out of range or inconsistent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+
+    /// No userfaultfd could be opened.
+    #[error(
+        "userfaultfd is not available to this process ({}; /dev/userfaultfd: {}): run as root, \
+         set the sysctl vm.unprivileged_userfaultfd=1, or grant read-write access to /dev/userfaultfd",
+        std::io::Error::from_raw_os_error(*syscall_errno),
+        std::io::Error::from_raw_os_error(*device_errno)
+    )]
+    UffdUnavailable {
+        /// errno of the `userfaultfd(2)` system call.
+        syscall_errno: i32,
+        /// errno of opening `/dev/userfaultfd`.
+        device_errno: i32,
+    },
+
+    /// The kernel lacks a userfaultfd feature the request needs.
+    #[error("this kernel's userfaultfd lacks {0}")]
+    Unsupported(&'static str),
+
+    /// A writable mapping of a store opened read-only.
+    #[error("the store is read-only; open the file read-write or map it read-only")]
+    ReadOnlyStore,
+
+    /// A system call failed.
+    #[error("{op} failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    Os {
+        /// What was being done.
+        op: &'static str,
+        /// The positive errno.
+        errno: i32,
+    },
+
+    /// The backing store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+
+    /// The runtime was shut down; it maps nothing more.
+    #[error("the runtime is shut down")]
+    ShutDown,
+}
+
+impl Error {
+    /// The positive errno this error stands for.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::InvalidArgument(_) => libc::EINVAL,
+            Error::UffdUnavailable { syscall_errno, .. } => *syscall_errno,
+            Error::Unsupported(_) => libc::EOPNOTSUPP,
+            Error::ReadOnlyStore => libc::EACCES,
+            Error::Os { errno, .. } => *errno,
+            Error::Store(e) => e.errno,
+            Error::ShutDown => libc::ESHUTDOWN,
+        }
+    }
+
+    pub(crate) fn os(op: &'static str, errno: i32) -> Error {
+        Error::Os { op, errno }
+    }
+}
+
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> Self {
+        let kind = std::io::Error::from_raw_os_error(e.errno()).kind();
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// Result with umio's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

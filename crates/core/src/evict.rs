@@ -1,0 +1,209 @@
+//! Eviction: background evictor threads keep the cache between its
+//! watermarks; fillers evict for themselves only when it is full.
+//!
+//! Victims come from the eviction policy in batches, are grouped by region
+//! and sorted by page, so that dirty ones are written back in large ordered
+//! writes and every contiguous run is dropped with one `madvise`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use umio_cache::{Observed, PageOracle, PageProbe, PageState};
+
+use crate::fault::Worker;
+use crate::region::{Region, RegionTable};
+use crate::runtime::Shared;
+use crate::sys::mm;
+
+/// Most victims taken per batch (Aquila evicts 512 at a time).
+const MAX_BATCH: usize = 512;
+
+struct Oracle<'a>(&'a RegionTable);
+
+impl PageOracle for Oracle<'_> {
+    fn probe(&self, key: umio_cache::PageKey, clear_referenced: bool) -> Option<PageProbe> {
+        let r = self.0.get(key.region)?;
+        let i = usize::try_from(key.index)
+            .ok()
+            .filter(|&i| i < r.pages.len())?;
+        let referenced = clear_referenced && r.pages.take_referenced(i);
+        Some(PageProbe {
+            state: r.pages.get(i),
+            referenced,
+        })
+    }
+}
+
+pub(crate) fn evictor_main(shared: Arc<Shared>) {
+    let mut w = Worker::new();
+    while !shared.is_shutting_down() {
+        shared.evict_signal.wait(Duration::from_millis(100));
+        if !shared.budget.above_high() {
+            continue;
+        }
+        while shared.budget.used() > shared.budget.low_water() && !shared.is_shutting_down() {
+            let excess = shared.budget.excess_over_low() / shared.cfg.page_size as u64;
+            let batch = (excess as usize).clamp(16, MAX_BATCH);
+            if shared.evict_batch(&mut w, batch) == 0 {
+                // Everything is busy or gone: let the owners finish.
+                std::thread::sleep(Duration::from_millis(1));
+                break;
+            }
+        }
+    }
+}
+
+/// Splits sorted page indices into runs of consecutive pages.
+fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let start = *pages.get(i)?;
+        let mut end = start + 1;
+        i += 1;
+        while pages.get(i) == Some(&end) {
+            end += 1;
+            i += 1;
+        }
+        Some(start..end)
+    })
+}
+
+impl Shared {
+    /// Evicts up to `max` pages chosen by the policy. Returns bytes freed.
+    pub(crate) fn evict_batch(&self, w: &mut Worker, max: usize) -> u64 {
+        let table = self.regions.load();
+        w.victims.clear();
+        self.policy
+            .select_victims(&Oracle(&table), max, &mut w.victims);
+        w.victims.sort_unstable();
+        let mut freed = 0;
+        let mut victims = std::mem::take(&mut w.victims);
+        for group in victims.chunk_by(|a, b| a.region == b.region) {
+            let Some(region) = table.get(group[0].region) else {
+                continue;
+            };
+            let Some(_g) = region.enter() else { continue };
+            w.locked.clear();
+            for key in group {
+                let p = key.index as usize;
+                if region.pages.try_lock(p, PageState::Clean) {
+                    w.locked.push((p, PageState::Clean));
+                } else if region.pages.try_lock(p, PageState::Dirty) {
+                    w.locked.push((p, PageState::Dirty));
+                }
+            }
+            freed += self.evict_locked(w, region);
+        }
+        victims.clear();
+        w.victims = victims;
+        freed
+    }
+
+    /// Evicts the pages in `w.locked` (sorted, held busy): writes back the
+    /// dirty ones, drops them all. Pages whose write-back fails stay dirty.
+    fn evict_locked(&self, w: &mut Worker, region: &Region) -> u64 {
+        let dirty: Vec<usize> = w
+            .locked
+            .iter()
+            .filter(|(_, s)| *s == PageState::Dirty)
+            .map(|&(p, _)| p)
+            .collect();
+        let mut failed: Vec<usize> = Vec::new();
+        for run in runs(&dirty) {
+            match self.write_run(region, run.clone()) {
+                Ok(()) => {
+                    self.stats
+                        .evicted_dirty_pages
+                        .fetch_add(run.len() as u64, Relaxed);
+                }
+                Err(e) => {
+                    log::warn!("umio: write-back during eviction failed: {e}");
+                    let mut slot = region
+                        .deferred_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert(e);
+                    failed.extend(run);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            // Write-protected and dirty: the next write un-protects them.
+            for &p in &failed {
+                if region.pages.unlock(p, PageState::Dirty) {
+                    self.uffd.wake(region.page_addr(p), region.page_size);
+                }
+            }
+            w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
+        }
+        let pages: Vec<usize> = w.locked.iter().map(|&(p, _)| p).collect();
+        let mut freed = 0u64;
+        for run in runs(&pages) {
+            let (addr, len) = (region.page_addr(run.start), run.len() * region.page_size);
+            if let Err(e) = mm::advise(addr, len, libc::MADV_DONTNEED) {
+                log::error!("umio: MADV_DONTNEED failed: errno {e}");
+                // Still resident: give the pages back as they were.
+                for p in run {
+                    let was = w
+                        .locked
+                        .iter()
+                        .find(|&&(q, _)| q == p)
+                        .map_or(PageState::Clean, |x| x.1);
+                    let to = if was == PageState::Dirty && !failed.contains(&p) {
+                        PageState::Clean
+                    } else {
+                        was
+                    };
+                    if region.pages.unlock(p, to) {
+                        self.uffd.wake(region.page_addr(p), region.page_size);
+                    }
+                }
+                continue;
+            }
+            self.release_run(region, run.clone(), PageState::Empty);
+            freed += len as u64;
+            self.stats
+                .evicted_pages
+                .fetch_add(run.len() as u64, Relaxed);
+        }
+        self.budget.release(freed);
+        freed
+    }
+
+    /// Discards pages without writing them back (`Advice::DontNeed`),
+    /// waiting for pages other threads are changing. Also clears poison.
+    pub(crate) fn drop_pages(&self, region: &Region, pages: Range<usize>) -> Result<(), i32> {
+        let mut freed = 0u64;
+        for p in pages.clone() {
+            loop {
+                match region.pages.get(p) {
+                    Observed::Stable(PageState::Empty) => {
+                        if region.pages.try_lock(p, PageState::Empty) {
+                            break;
+                        }
+                    }
+                    Observed::Stable(s) => {
+                        if region.pages.try_lock(p, s) {
+                            if s == PageState::Dirty {
+                                region.dirty.fetch_sub(1, Relaxed);
+                            }
+                            freed += region.page_size as u64;
+                            break;
+                        }
+                    }
+                    Observed::Busy(_) => std::thread::yield_now(),
+                }
+            }
+        }
+        let (addr, len) = (
+            region.page_addr(pages.start),
+            pages.len() * region.page_size,
+        );
+        let r = mm::advise(addr, len, libc::MADV_DONTNEED);
+        self.release_run(region, pages, PageState::Empty);
+        self.budget.release(freed);
+        r
+    }
+}

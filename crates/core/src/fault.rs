@@ -1,0 +1,428 @@
+//! The fault path: filler threads read fault events and resolve them.
+//!
+//! The thread that reads an event resolves it, store read included, so a
+//! miss costs one hand-off (faulting thread to filler and back), never two.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use umio_cache::{FrameCredit, Observed, PageKey, PageState};
+
+use crate::prefetch::Miss;
+use crate::region::Region;
+use crate::runtime::Shared;
+use crate::sys::mm::{self, StagingBuffer};
+use crate::sys::poller::{Poller, Wake};
+use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE, UffdMsg};
+
+/// Largest run of pages filled by one store read and one copy.
+const MAX_FILL_RUN: usize = 2 << 20;
+/// How long a miss waits for cache space before it fails with SIGBUS.
+const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Per-thread scratch state of fillers, evictors and flushers.
+pub(crate) struct Worker {
+    pub buf: StagingBuffer,
+    pub credit: FrameCredit,
+    pub victims: Vec<PageKey>,
+    pub locked: Vec<(usize, PageState)>,
+}
+
+impl Worker {
+    pub fn new() -> Worker {
+        Worker {
+            buf: StagingBuffer::new(),
+            credit: FrameCredit::default(),
+            victims: Vec::new(),
+            locked: Vec::new(),
+        }
+    }
+}
+
+pub(crate) fn filler_main(shared: Arc<Shared>) {
+    let poller = match Poller::new(
+        std::os::fd::AsRawFd::as_raw_fd(&shared.uffd),
+        &shared.shutdown_fd,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("umio filler cannot poll: errno {e}");
+            return;
+        }
+    };
+    let mut w = Worker::new();
+    let mut msgs = [UffdMsg::default(); 64];
+    while poller.wait() == Wake::Faults {
+        loop {
+            let n = match shared.uffd.read_messages(&mut msgs) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::error!("umio: reading fault events failed: errno {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            for m in &msgs[..n] {
+                if let Some((addr, flags)) = m.pagefault() {
+                    shared.handle_fault(&mut w, addr, flags);
+                }
+            }
+        }
+        w.credit.release_all(&shared.budget);
+    }
+    w.credit.release_all(&shared.budget);
+}
+
+pub(crate) fn prefetch_main(shared: Arc<Shared>) {
+    let mut w = Worker::new();
+    loop {
+        let job = {
+            let mut q = shared
+                .prefetch_jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            loop {
+                if shared.is_shutting_down() {
+                    return;
+                }
+                if let Some(j) = q.pop_front() {
+                    break j;
+                }
+                q = shared
+                    .prefetch_signal
+                    .wait(q)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        if let Some(_g) = job.region.enter() {
+            shared.fill_range(&mut w, &job.region, job.pages, true);
+        }
+        w.credit.release_all(&shared.budget);
+    }
+}
+
+impl Shared {
+    /// Resolves one fault event.
+    pub(crate) fn handle_fault(&self, w: &mut Worker, addr: usize, flags: u64) {
+        self.stats.faults.fetch_add(1, Relaxed);
+        let table = self.regions.load();
+        let Some(region) = table.find(addr) else {
+            // Unmapped meanwhile: unregistering woke the thread.
+            self.stats.stale.fetch_add(1, Relaxed);
+            return;
+        };
+        let Some(_guard) = region.enter() else {
+            return;
+        };
+        let page = region.page_of(addr);
+        let write = flags & (PAGEFAULT_FLAG_WRITE | PAGEFAULT_FLAG_WP) != 0;
+        loop {
+            match region.pages.get(page) {
+                Observed::Busy(_) => {
+                    // Another thread owns the page and wakes its waiters
+                    // when done: the miss coalesces with its fill.
+                    if region.pages.add_waiter(page) {
+                        self.stats.coalesced.fetch_add(1, Relaxed);
+                        return;
+                    }
+                }
+                Observed::Stable(PageState::Empty) => {
+                    if region.pages.try_lock(page, PageState::Empty) {
+                        self.fill_fault(w, region, page, write);
+                        return;
+                    }
+                }
+                Observed::Stable(s @ (PageState::Clean | PageState::Dirty)) => {
+                    if !(write && region.writable) {
+                        self.stats.stale.fetch_add(1, Relaxed);
+                        self.uffd.wake(region.page_addr(page), region.page_size);
+                        return;
+                    }
+                    if region.pages.try_lock(page, s) {
+                        self.make_writable(region, page, s);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// First write to a clean page (or a write-protected dirty one whose
+    /// write-back failed): mark it dirty, then let the write through.
+    fn make_writable(&self, region: &Region, page: usize, was: PageState) {
+        let addr = region.page_addr(page);
+        region.pages.mark_referenced(page);
+        let to = match self.uffd.writeprotect(addr, region.page_size, false) {
+            Ok(()) => PageState::Dirty,
+            Err(e) => {
+                log::error!("umio: UFFDIO_WRITEPROTECT (clear) failed: errno {e}");
+                was
+            }
+        };
+        if was == PageState::Clean && to == PageState::Dirty {
+            region.dirty.fetch_add(1, Relaxed);
+            self.stats.wp_faults.fetch_add(1, Relaxed);
+        }
+        if region.pages.unlock(page, to) {
+            self.uffd.wake(addr, region.page_size);
+        }
+    }
+
+    /// Fills a missed page this thread holds busy, then reads ahead.
+    fn fill_fault(&self, w: &mut Worker, region: &Region, page: usize, write: bool) {
+        let ps = region.page_size;
+        let addr = region.page_addr(page);
+        if !self.reserve(w, ps as u64, true) {
+            log::error!("umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}");
+            self.fail_fill(region, page..page + 1);
+            return;
+        }
+        let valid = region.valid_bytes(page, 1);
+        let buf = match w.buf.get(ps) {
+            Ok(b) => b,
+            Err(e) => {
+                log::error!("umio: staging buffer allocation failed: errno {e}");
+                self.budget.release(ps as u64);
+                self.fail_fill(region, page..page + 1);
+                return;
+            }
+        };
+        self.stats.store_reads.fetch_add(1, Relaxed);
+        match region
+            .store
+            .read_at(region.store_offset(page), &mut buf[..valid])
+        {
+            Ok(n) => {
+                self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                buf[n..].fill(0);
+            }
+            Err(e) => {
+                log::warn!("umio: {} store: {e}", region.store.name());
+                self.budget.release(ps as u64);
+                self.fail_fill(region, page..page + 1);
+                return;
+            }
+        }
+        let dirty = write && region.writable;
+        let wp = region.writable && !dirty;
+        // SAFETY: buf is our staging buffer of ps readable bytes.
+        let copied = unsafe { self.install(addr, buf.as_ptr(), ps, wp, false) };
+        if let Err(e) = copied {
+            log::error!("umio: UFFDIO_COPY failed: errno {e}");
+            self.budget.release(ps as u64);
+            if region.pages.unlock(page, PageState::Empty) {
+                self.uffd.wake(addr, ps);
+            }
+            return;
+        }
+        if dirty {
+            region.dirty.fetch_add(1, Relaxed);
+            self.stats.write_misses.fetch_add(1, Relaxed);
+        } else {
+            self.stats.read_misses.fetch_add(1, Relaxed);
+        }
+        if region.pages.unlock(
+            page,
+            if dirty {
+                PageState::Dirty
+            } else {
+                PageState::Clean
+            },
+        ) {
+            self.uffd.wake(addr, ps);
+        }
+        self.policy.inserted(region.key(page));
+
+        let miss = Miss {
+            page: page as u64,
+            pages: region.pages.len() as u64,
+            write,
+            advice: region.advice_for(page as u64),
+        };
+        let ahead = region.prefetcher.on_miss(&miss);
+        if !ahead.is_empty() {
+            let end = (ahead.end as usize).min(region.pages.len());
+            self.fill_range(w, region, ahead.start as usize..end, false);
+        }
+    }
+
+    /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
+    /// holds (EEXIST) and trying once more.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable.
+    unsafe fn install(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), i32> {
+        // SAFETY: forwarded from the caller.
+        match unsafe { self.uffd.copy(dst, src, len, wp, dontwake) } {
+            Err(libc::EEXIST) => {
+                // We hold every page of the range busy and Empty, so a
+                // present page is stale: drop it and copy again.
+                mm::advise(dst, len, libc::MADV_DONTNEED)?;
+                // SAFETY: as above.
+                unsafe { self.uffd.copy(dst, src, len, wp, dontwake) }
+            }
+            r => r,
+        }
+    }
+
+    /// A fill failed: poison the pages so that the faulting threads get
+    /// SIGBUS, as a failed read of a kernel file mapping does, and release
+    /// them. The poison stays until the pages are dropped
+    /// (`Advice::DontNeed`) or the region is unmapped.
+    fn fail_fill(&self, region: &Region, pages: Range<usize>) {
+        self.stats.read_errors.fetch_add(1, Relaxed);
+        let addr = region.page_addr(pages.start);
+        let len = pages.len() * region.page_size;
+        if self.features.poison() {
+            if let Err(e) = self.uffd.poison(addr, len) {
+                log::error!("umio: UFFDIO_POISON failed: errno {e}");
+            }
+        } else {
+            log::error!(
+                "umio: this kernel has no UFFDIO_POISON; a failed read is retried on the next fault"
+            );
+        }
+        for p in pages {
+            let _ = region.pages.unlock(p, PageState::Empty);
+        }
+        self.uffd.wake(addr, len);
+    }
+
+    /// Reserves cache space. With `may_reclaim`, evicts pages itself when
+    /// the cache is full (no hand-off to the evictor on the fault path)
+    /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
+    pub(crate) fn reserve(&self, w: &mut Worker, bytes: u64, may_reclaim: bool) -> bool {
+        let mut deadline = None;
+        loop {
+            if w.credit.take(&self.budget, bytes, self.cfg.credit_batch) {
+                if self.budget.above_high() {
+                    self.evict_signal.kick();
+                }
+                return true;
+            }
+            if !may_reclaim || self.is_shutting_down() {
+                return false;
+            }
+            self.evict_signal.kick();
+            self.stats.direct_reclaims.fetch_add(1, Relaxed);
+            let pages = (bytes / self.cfg.page_size as u64).clamp(8, 64) as usize;
+            if self.evict_batch(w, pages) == 0 {
+                let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
+                if Instant::now() > d {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Fills the missing pages of `pages` in runs: one store read and one
+    /// copy per run of pages this thread could lock. Pages resident or busy
+    /// are skipped. Returns the number of pages filled.
+    pub(crate) fn fill_range(
+        &self,
+        w: &mut Worker,
+        region: &Region,
+        pages: Range<usize>,
+        may_reclaim: bool,
+    ) -> usize {
+        let ps = region.page_size;
+        let max_run = (MAX_FILL_RUN / ps).max(1);
+        let mut filled = 0;
+        let mut i = pages.start;
+        while i < pages.end {
+            if !region.pages.try_lock(i, PageState::Empty) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            i += 1;
+            while i < pages.end && i - start < max_run && region.pages.try_lock(i, PageState::Empty)
+            {
+                i += 1;
+            }
+            let run = start..i;
+            let bytes = run.len() * ps;
+            if !self.reserve(w, bytes as u64, may_reclaim) {
+                self.release_run(region, run, PageState::Empty);
+                break;
+            }
+            let valid = region.valid_bytes(start, run.len());
+            let buf = match w.buf.get(bytes) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.budget.release(bytes as u64);
+                    self.release_run(region, run, PageState::Empty);
+                    break;
+                }
+            };
+            self.stats.store_reads.fetch_add(1, Relaxed);
+            match region
+                .store
+                .read_at(region.store_offset(start), &mut buf[..valid])
+            {
+                Ok(n) => {
+                    self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                    buf[n..].fill(0);
+                }
+                Err(e) => {
+                    // A prefetch failure is not reported: the fault that
+                    // needs the page retries the read and reports it.
+                    log::debug!("umio: prefetch read failed: {e}");
+                    self.budget.release(bytes as u64);
+                    self.release_run(region, run, PageState::Empty);
+                    break;
+                }
+            }
+            // SAFETY: buf is our staging buffer of `bytes` readable bytes.
+            let copied = unsafe {
+                self.install(
+                    region.page_addr(start),
+                    buf.as_ptr(),
+                    bytes,
+                    region.writable,
+                    true,
+                )
+            };
+            if let Err(e) = copied {
+                log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
+                self.budget.release(bytes as u64);
+                self.release_run(region, run, PageState::Empty);
+                break;
+            }
+            for p in run.clone() {
+                self.policy.inserted(region.key(p));
+            }
+            filled += run.len();
+            self.release_run(region, run, PageState::Clean);
+        }
+        self.stats
+            .prefetched_pages
+            .fetch_add(filled as u64, Relaxed);
+        filled
+    }
+
+    /// Unlocks a run of pages this thread holds busy into `to`, waking
+    /// the threads that faulted on them meanwhile.
+    pub(crate) fn release_run(&self, region: &Region, run: Range<usize>, to: PageState) {
+        let mut waiters = false;
+        for p in run.clone() {
+            waiters |= region.pages.unlock(p, to);
+        }
+        if waiters {
+            self.uffd
+                .wake(region.page_addr(run.start), run.len() * region.page_size);
+        }
+    }
+}

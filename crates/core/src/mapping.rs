@@ -1,0 +1,311 @@
+//! `Mapping`: the RAII handle of a mapped region.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use umio_backends::Store;
+use umio_cache::{Observed, PageState};
+
+use crate::error::{Error, Result};
+use crate::prefetch::{Advice, PrefetchKind};
+use crate::region::Region;
+use crate::runtime::{PrefetchJob, Runtime};
+
+/// How to map a store; see [`Runtime::map_file`] and [`Runtime::map`].
+#[derive(Clone, Default)]
+pub struct MapOptions {
+    pub(crate) offset: u64,
+    pub(crate) len: Option<usize>,
+    pub(crate) writable: bool,
+    pub(crate) page_size: Option<usize>,
+    pub(crate) store: Option<Arc<dyn Store>>,
+    pub(crate) prefetch: Option<PrefetchKind>,
+}
+
+impl std::fmt::Debug for MapOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapOptions")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .field("page_size", &self.page_size)
+            .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
+            .field("prefetch", &self.prefetch)
+            .finish()
+    }
+}
+
+impl MapOptions {
+    /// Read-only, from offset 0 to the end of the store, with the runtime's
+    /// page size and prefetch policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Store offset of the first mapped byte: a multiple of 4096.
+    pub fn offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    /// Bytes to map (any size > 0). Default: from the offset to the end of
+    /// the store.
+    pub fn len(mut self, len: usize) -> Self {
+        self.len = Some(len);
+        self
+    }
+
+    /// Whether the mapping may be written. A writable mapping reaching past
+    /// the end of the store extends the store at map time; a read-only one
+    /// reads zeros there.
+    pub fn writable(mut self, writable: bool) -> Self {
+        self.writable = writable;
+        self
+    }
+
+    /// Fill unit of this region: a multiple of 4 KiB up to 1 GiB, at most a
+    /// quarter of the cache.
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = Some(bytes);
+        self
+    }
+
+    /// The store to map, for [`Runtime::map`].
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Prefetch policy of this region.
+    pub fn prefetch(mut self, kind: PrefetchKind) -> Self {
+        self.prefetch = Some(kind);
+        self
+    }
+}
+
+/// A mapped region of a store: memory whose faults umio serves.
+///
+/// Dropping it writes back dirty pages and unmaps it; errors are logged.
+/// Call [`unmap`](Mapping::unmap) to get them.
+///
+/// # Aliasing
+/// [`as_slice`](Mapping::as_slice) and [`as_mut_slice`](Mapping::as_mut_slice)
+/// borrow the mapping, so safe Rust cannot unmap it or write to it while a
+/// slice lives, and cannot hold a shared and a mutable slice at once. The
+/// bytes are those of the store when umio reads them: like `mmap`, the
+/// mapping does not forbid other processes, or other mappings of the same
+/// file, from changing the store underneath, and a region does not see
+/// changes made through another region until it reads the page again
+/// (after eviction or [`Advice::DontNeed`]). Do not map one range of a file
+/// writable twice, or write the file behind a writable mapping: the last
+/// write-back wins. Pointers from [`as_ptr`](Mapping::as_ptr) are valid
+/// until the mapping is unmapped.
+///
+/// # Fork
+/// A region is not inherited by a child process (`MADV_DONTFORK`): in the
+/// child the address range is unmapped.
+pub struct Mapping {
+    rt: Runtime,
+    region: Arc<Region>,
+    live: bool,
+}
+
+// SAFETY: the region's memory is shared by design (like a `Vec<u8>` behind
+// `&`/`&mut` borrows); all bookkeeping in `Region` is atomic or locked.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` gives only shared reads of the bytes.
+unsafe impl Sync for Mapping {}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("addr", &(self.region.base as *const u8))
+            .field("len", &self.region.len)
+            .field("page_size", &self.region.page_size)
+            .field("writable", &self.region.writable)
+            .finish()
+    }
+}
+
+impl Mapping {
+    pub(crate) fn new(rt: Runtime, region: Arc<Region>) -> Mapping {
+        Mapping {
+            rt,
+            region,
+            live: true,
+        }
+    }
+
+    /// First byte of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.region.base as *mut u8
+    }
+
+    /// Mapped bytes.
+    pub fn len(&self) -> usize {
+        self.region.len
+    }
+
+    /// Always false: a mapping has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// This region's fill unit.
+    pub fn page_size(&self) -> usize {
+        self.region.page_size
+    }
+
+    /// Whether the mapping may be written.
+    pub fn is_writable(&self) -> bool {
+        self.region.writable
+    }
+
+    /// Store offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.region.offset
+    }
+
+    /// The mapped bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: [base, base+len) is mapped readable for the life of
+        // self; umio fills pages atomically (UFFDIO_COPY) before a reader
+        // proceeds, and `&self` excludes `&mut` access through this handle.
+        unsafe { std::slice::from_raw_parts(self.region.base as *const u8, self.region.len) }
+    }
+
+    /// The mapped bytes, writable.
+    ///
+    /// # Panics
+    /// If the mapping is read-only; see [`try_as_mut_slice`](Mapping::try_as_mut_slice).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self.try_as_mut_slice() {
+            Ok(s) => s,
+            Err(_) => panic!("as_mut_slice on a read-only umio mapping"),
+        }
+    }
+
+    /// The mapped bytes, writable; an error if the mapping is read-only.
+    pub fn try_as_mut_slice(&mut self) -> Result<&mut [u8]> {
+        if !self.region.writable {
+            return Err(Error::InvalidArgument("the mapping is read-only"));
+        }
+        // SAFETY: as in as_slice, and `&mut self` makes the slice exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.region.base as *mut u8, self.region.len) })
+    }
+
+    /// Writes dirty pages back and makes them durable (`fdatasync`). A
+    /// failed write leaves its pages dirty and is returned with its offset.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_range(0..self.region.len)
+    }
+
+    /// Writes back the dirty pages overlapping `range` (bytes) and syncs.
+    pub fn flush_range(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_covering(&range)?;
+        self.rt.shared().writeback(&self.region, pages)
+    }
+
+    /// Writes back, unmaps, and returns the write-back's error if any. The
+    /// region is unmapped either way.
+    pub fn unmap(mut self) -> Result<()> {
+        self.live = false;
+        self.rt.shared().unmap(&self.region)
+    }
+
+    /// Starts filling the pages overlapping `range` (bytes) in the
+    /// background and returns at once. Pages that do not fit in the cache
+    /// evict older ones.
+    pub fn prefetch(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_covering(&range)?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let shared = self.rt.shared();
+        let mut q = shared
+            .prefetch_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        q.push_back(PrefetchJob {
+            region: self.region.clone(),
+            pages,
+        });
+        shared.prefetch_signal.notify_one();
+        Ok(())
+    }
+
+    /// Advice for a byte range, as with `madvise(2)`. [`Advice::DontNeed`]
+    /// needs a range starting on a page boundary and ending on one or at
+    /// the end of the mapping (it discards whole pages); the others round
+    /// the range out to whole pages.
+    pub fn advise(&self, range: Range<usize>, advice: Advice) -> Result<()> {
+        let pages = self.pages_covering(&range)?;
+        match advice {
+            Advice::WillNeed => self.prefetch(range),
+            Advice::DontNeed => {
+                let ps = self.region.page_size;
+                if range.start % ps != 0 || (range.end % ps != 0 && range.end != self.region.len) {
+                    return Err(Error::InvalidArgument(
+                        "DontNeed range must start and end on page boundaries",
+                    ));
+                }
+                if pages.is_empty() {
+                    return Ok(());
+                }
+                self.rt
+                    .shared()
+                    .drop_pages(&self.region, pages)
+                    .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
+            }
+            Advice::Normal | Advice::Sequential | Advice::Random => {
+                self.region
+                    .set_advice(pages.start as u64..pages.end as u64, advice);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the page holding byte `offset` is resident now (a cheap,
+    /// racy answer: the page may be evicted or filled right after).
+    pub fn is_resident(&self, offset: usize) -> bool {
+        offset < self.region.len
+            && matches!(
+                self.region.pages.get(offset / self.region.page_size),
+                Observed::Stable(PageState::Clean | PageState::Dirty)
+            )
+    }
+
+    /// Resident pages of this region now.
+    pub fn resident_pages(&self) -> usize {
+        self.region.pages.count(PageState::Clean) + self.region.pages.count(PageState::Dirty)
+    }
+
+    /// Dirty pages of this region now.
+    pub fn dirty_pages(&self) -> usize {
+        self.region.dirty.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The runtime this mapping belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    fn pages_covering(&self, range: &Range<usize>) -> Result<Range<usize>> {
+        if range.start > range.end || range.end > self.region.len {
+            return Err(Error::InvalidArgument("range outside the mapping"));
+        }
+        let ps = self.region.page_size;
+        Ok(range.start / ps..range.end.div_ceil(ps))
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.live {
+            self.live = false;
+            if let Err(e) = self.rt.shared().unmap(&self.region) {
+                log::error!("umio: unmapping on drop: {e}");
+            }
+        }
+    }
+}

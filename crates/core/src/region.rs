@@ -1,0 +1,223 @@
+//! Regions: one mapped range, its page table and its store; and the
+//! read-mostly table that finds a region by address or id without a lock.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use umio_backends::{Store, StoreError};
+use umio_cache::{PageKey, PageTable};
+
+use crate::prefetch::{Advice, Prefetcher};
+
+/// Set in `Region::users` once unmapping has begun.
+const CLOSING: usize = 1 << (usize::BITS - 1);
+
+/// A mapped region.
+pub(crate) struct Region {
+    pub id: u64,
+    /// First address (aligned to the page size where that is a power of two).
+    pub base: usize,
+    /// Bytes the user mapped.
+    pub len: usize,
+    /// Bytes reserved: whole pages.
+    pub span: usize,
+    pub page_size: usize,
+    /// Store offset of `base`.
+    pub offset: u64,
+    pub store: Arc<dyn Store>,
+    pub writable: bool,
+    pub pages: PageTable,
+    pub prefetcher: Box<dyn Prefetcher>,
+    /// Threads working on the region now, plus the CLOSING bit.
+    users: AtomicUsize,
+    /// Pages in state Dirty (flush skips clean regions without a scan).
+    pub dirty: AtomicUsize,
+    /// Access advice by page range; the last matching entry wins.
+    advice: ArcSwap<Vec<(Range<u64>, Advice)>>,
+    /// The first write-back failure of background eviction, reported by the
+    /// next flush.
+    pub deferred_error: Mutex<Option<StoreError>>,
+}
+
+/// Proof that a thread is working on a region; unmapping waits for it.
+pub(crate) struct RegionGuard<'a> {
+    region: &'a Region,
+}
+
+impl Drop for RegionGuard<'_> {
+    fn drop(&mut self) {
+        self.region.users.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Region {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: u64,
+        base: usize,
+        len: usize,
+        page_size: usize,
+        offset: u64,
+        store: Arc<dyn Store>,
+        writable: bool,
+        prefetcher: Box<dyn Prefetcher>,
+    ) -> Region {
+        let npages = len.div_ceil(page_size);
+        Region {
+            id,
+            base,
+            len,
+            span: npages * page_size,
+            page_size,
+            offset,
+            store,
+            writable,
+            pages: PageTable::new(npages),
+            prefetcher,
+            users: AtomicUsize::new(0),
+            dirty: AtomicUsize::new(0),
+            advice: ArcSwap::from_pointee(Vec::new()),
+            deferred_error: Mutex::new(None),
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.base) < self.span
+    }
+
+    #[inline]
+    pub fn page_of(&self, addr: usize) -> usize {
+        (addr - self.base) / self.page_size
+    }
+
+    #[inline]
+    pub fn page_addr(&self, page: usize) -> usize {
+        self.base + page * self.page_size
+    }
+
+    #[inline]
+    pub fn store_offset(&self, page: usize) -> u64 {
+        self.offset + (page * self.page_size) as u64
+    }
+
+    /// Bytes of pages `[first, first+count)` that lie within the mapped
+    /// length (the rest of the last page is past it).
+    #[inline]
+    pub fn valid_bytes(&self, first: usize, count: usize) -> usize {
+        let start = first * self.page_size;
+        ((first + count) * self.page_size).min(self.len) - start
+    }
+
+    #[inline]
+    pub fn key(&self, page: usize) -> PageKey {
+        PageKey {
+            region: self.id,
+            index: page as u64,
+        }
+    }
+
+    /// Starts work on the region, unless it is being unmapped.
+    #[inline]
+    pub fn enter(&self) -> Option<RegionGuard<'_>> {
+        let prev = self.users.fetch_add(1, Ordering::Acquire);
+        if prev & CLOSING != 0 {
+            self.users.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        Some(RegionGuard { region: self })
+    }
+
+    /// Refuses new work and waits until the work under way is done.
+    pub fn close(&self) {
+        self.users.fetch_or(CLOSING, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while self.users.load(Ordering::Acquire) & !CLOSING != 0 {
+            spins += 1;
+            if spins < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// Advice in force for a page.
+    pub fn advice_for(&self, page: u64) -> Advice {
+        let list = self.advice.load();
+        list.iter()
+            .rev()
+            .find(|(r, _)| r.contains(&page))
+            .map_or(Advice::Normal, |&(_, a)| a)
+    }
+
+    /// Records access advice for a page range.
+    pub fn set_advice(&self, pages: Range<u64>, advice: Advice) {
+        self.advice.rcu(|list| {
+            // Entries wholly covered by the new one no longer matter.
+            let mut v: Vec<_> = list
+                .iter()
+                .filter(|(r, _)| !(pages.start <= r.start && r.end <= pages.end))
+                .cloned()
+                .collect();
+            if advice != Advice::Normal {
+                v.push((pages.clone(), advice));
+            }
+            if v.len() > 256 {
+                v.remove(0);
+            }
+            v
+        });
+    }
+}
+
+/// The regions of a runtime, sorted by address and by id, replaced whole
+/// on every map and unmap so that the fault path reads it without a lock.
+#[derive(Default)]
+pub(crate) struct RegionTable {
+    by_addr: Vec<Arc<Region>>,
+    /// Ids increase with every map, so insertion order is id order.
+    by_id: Vec<Arc<Region>>,
+}
+
+impl RegionTable {
+    #[inline]
+    pub fn find(&self, addr: usize) -> Option<&Arc<Region>> {
+        let i = self.by_addr.partition_point(|r| r.base <= addr);
+        let r = self.by_addr.get(i.checked_sub(1)?)?;
+        r.contains(addr).then_some(r)
+    }
+
+    #[inline]
+    pub fn get(&self, id: u64) -> Option<&Arc<Region>> {
+        let i = self.by_id.binary_search_by_key(&id, |r| r.id).ok()?;
+        Some(&self.by_id[i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn with(&self, region: Arc<Region>) -> RegionTable {
+        let mut by_addr = self.by_addr.clone();
+        let i = by_addr.partition_point(|r| r.base < region.base);
+        by_addr.insert(i, region.clone());
+        let mut by_id = self.by_id.clone();
+        by_id.push(region);
+        RegionTable { by_addr, by_id }
+    }
+
+    pub fn without(&self, id: u64) -> RegionTable {
+        RegionTable {
+            by_addr: self
+                .by_addr
+                .iter()
+                .filter(|r| r.id != id)
+                .cloned()
+                .collect(),
+            by_id: self.by_id.iter().filter(|r| r.id != id).cloned().collect(),
+        }
+    }
+}

@@ -1,0 +1,714 @@
+//! The runtime: configuration, the shared state of all regions, and the
+//! threads that serve them.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use umio_backends::{FileStore, Store};
+use umio_cache::{EvictionPolicy, FrameBudget, PageState, PolicyKind};
+
+use crate::error::{Error, Result};
+use crate::mapping::{MapOptions, Mapping};
+use crate::prefetch::PrefetchKind;
+use crate::region::{Region, RegionTable};
+use crate::stats::{Counters, Stats};
+use crate::sys::mm;
+use crate::sys::poller::EventFd;
+use crate::sys::uffd::{Uffd, feature};
+
+/// Smallest fill unit: the system page.
+pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest fill unit accepted.
+pub const MAX_PAGE_SIZE: usize = 1 << 30;
+
+/// What the kernel's userfaultfd offers, probed once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelFeatures {
+    bits: u64,
+}
+
+impl KernelFeatures {
+    /// The raw `UFFDIO_API` feature mask.
+    pub fn bits(&self) -> u64 {
+        self.bits
+    }
+    /// Write-protect faults on anonymous memory: needed by writable mappings.
+    pub fn write_protect(&self) -> bool {
+        self.bits & feature::PAGEFAULT_FLAG_WP != 0
+    }
+    /// `UFFDIO_POISON`: failed reads raise SIGBUS in the faulting thread.
+    pub fn poison(&self) -> bool {
+        self.bits & feature::POISON != 0
+    }
+    /// Names of the features present.
+    pub fn names(&self) -> Vec<&'static str> {
+        feature::NAMES
+            .iter()
+            .filter(|(b, _)| self.bits & b != 0)
+            .map(|&(_, n)| n)
+            .collect()
+    }
+}
+
+/// Probes the kernel once (on a throw-away descriptor: `UFFDIO_API` may be
+/// called once per descriptor) and remembers the answer.
+pub fn kernel_features() -> Result<KernelFeatures> {
+    static PROBE: OnceLock<Result<KernelFeatures>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let fd = Uffd::open().map_err(|f| Error::UffdUnavailable {
+                syscall_errno: f.syscall_errno,
+                device_errno: f.device_errno,
+            })?;
+            let bits = fd.api(0).map_err(|e| Error::os("UFFDIO_API", e))?;
+            Ok(KernelFeatures { bits })
+        })
+        .clone()
+}
+
+enum PolicySpec {
+    Builtin(PolicyKind),
+    Custom(Box<dyn EvictionPolicy>),
+}
+
+/// Configuration of a [`Runtime`]; see [`Runtime::builder`].
+pub struct Builder {
+    cache_bytes: Option<u64>,
+    page_size: usize,
+    fillers: usize,
+    evictors: usize,
+    high_water: u8,
+    low_water: u8,
+    policy: PolicySpec,
+    prefetch: PrefetchKind,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("page_size", &self.page_size)
+            .field("fillers", &self.fillers)
+            .field("evictors", &self.evictors)
+            .field("high_water", &self.high_water)
+            .field("low_water", &self.low_water)
+            .field("prefetch", &self.prefetch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            cache_bytes: None,
+            page_size: 64 << 10,
+            fillers: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
+            evictors: 1,
+            high_water: 90,
+            low_water: 70,
+            policy: PolicySpec::Builtin(PolicyKind::default()),
+            prefetch: PrefetchKind::default(),
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Builder {
+    /// Bound on the bytes of all regions' resident pages together. Default:
+    /// a quarter of physical memory, at most 4 GiB.
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = Some(bytes);
+        self
+    }
+
+    /// Default fill unit of regions (a multiple of 4 KiB); a region may
+    /// choose its own with [`MapOptions::page_size`]. Default 64 KiB.
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = bytes;
+        self
+    }
+
+    /// Threads that read fault events and fill pages. Default: the number
+    /// of CPUs, 1 to 4.
+    pub fn fillers(mut self, n: usize) -> Self {
+        self.fillers = n;
+        self
+    }
+
+    /// Background eviction threads (0: fillers evict for themselves when
+    /// the cache is full). Default 1.
+    pub fn evictors(mut self, n: usize) -> Self {
+        self.evictors = n;
+        self
+    }
+
+    /// Background eviction starts when the cache is `high` percent full and
+    /// stops at `low` percent. Default 90 and 70.
+    pub fn watermarks(mut self, high: u8, low: u8) -> Self {
+        self.high_water = high;
+        self.low_water = low;
+        self
+    }
+
+    /// A built-in eviction policy. Default CLOCK.
+    pub fn eviction(mut self, kind: PolicyKind) -> Self {
+        self.policy = PolicySpec::Builtin(kind);
+        self
+    }
+
+    /// An eviction policy of the application's own.
+    pub fn eviction_policy(mut self, policy: Box<dyn EvictionPolicy>) -> Self {
+        self.policy = PolicySpec::Custom(policy);
+        self
+    }
+
+    /// Default prefetch policy of regions. Default: sequential read-ahead
+    /// up to 2 MiB.
+    pub fn prefetch(mut self, kind: PrefetchKind) -> Self {
+        self.prefetch = kind;
+        self
+    }
+
+    /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
+    /// `UMIO_PAGE_SIZE` (sizes accept K, M, G suffixes), `UMIO_FILLERS`,
+    /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
+    /// (percent), `UMIO_EVICTION` (`fifo` or `clock`), `UMIO_READAHEAD`
+    /// (largest read-ahead window in bytes, 0 for none). Unset or empty
+    /// variables leave the setting alone; a malformed one is an error.
+    pub fn from_env(mut self) -> Result<Self> {
+        if let Some(v) = env_var("UMIO_CACHE_BYTES") {
+            self.cache_bytes = Some(
+                parse_size(&v).ok_or(Error::InvalidArgument("UMIO_CACHE_BYTES is not a size"))?,
+            );
+        }
+        if let Some(v) = env_var("UMIO_PAGE_SIZE") {
+            self.page_size = parse_size(&v)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or(Error::InvalidArgument("UMIO_PAGE_SIZE is not a size"))?;
+        }
+        if let Some(v) = env_var("UMIO_FILLERS") {
+            self.fillers = v
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidArgument("UMIO_FILLERS is not a number"))?;
+        }
+        if let Some(v) = env_var("UMIO_EVICTORS") {
+            self.evictors = v
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidArgument("UMIO_EVICTORS is not a number"))?;
+        }
+        if let Some(v) = env_var("UMIO_EVICT_HIGH_WATER") {
+            self.high_water = v
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidArgument("UMIO_EVICT_HIGH_WATER is not a percentage"))?;
+        }
+        if let Some(v) = env_var("UMIO_EVICT_LOW_WATER") {
+            self.low_water = v
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidArgument("UMIO_EVICT_LOW_WATER is not a percentage"))?;
+        }
+        if let Some(v) = env_var("UMIO_EVICTION") {
+            self.policy = PolicySpec::Builtin(match v.trim().to_ascii_lowercase().as_str() {
+                "fifo" => PolicyKind::Fifo,
+                "clock" => PolicyKind::Clock,
+                _ => {
+                    return Err(Error::InvalidArgument(
+                        "UMIO_EVICTION must be fifo or clock",
+                    ));
+                }
+            });
+        }
+        if let Some(v) = env_var("UMIO_READAHEAD") {
+            let n = parse_size(&v)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or(Error::InvalidArgument("UMIO_READAHEAD is not a size"))?;
+            self.prefetch = if n == 0 {
+                PrefetchKind::None
+            } else {
+                PrefetchKind::Sequential { max_window: n }
+            };
+        }
+        Ok(self)
+    }
+
+    /// Checks the configuration, opens the userfaultfd and starts the
+    /// threads.
+    pub fn build(self) -> Result<Runtime> {
+        let cache_bytes = self.cache_bytes.unwrap_or_else(default_cache_bytes);
+        validate_page_size(self.page_size)?;
+        if self.fillers == 0 || self.fillers > 256 {
+            return Err(Error::InvalidArgument("fillers must be 1 to 256"));
+        }
+        if self.evictors > 64 {
+            return Err(Error::InvalidArgument("evictors must be 0 to 64"));
+        }
+        if self.high_water == 0 || self.high_water > 100 || self.low_water > self.high_water {
+            return Err(Error::InvalidArgument(
+                "watermarks must satisfy 0 <= low <= high <= 100 and high > 0",
+            ));
+        }
+        if cache_bytes < 4 * self.page_size as u64 {
+            return Err(Error::InvalidArgument(
+                "cache_bytes must hold at least 4 pages",
+            ));
+        }
+        let features = kernel_features()?;
+        let uffd = Uffd::open().map_err(|f| Error::UffdUnavailable {
+            syscall_errno: f.syscall_errno,
+            device_errno: f.device_errno,
+        })?;
+        let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON;
+        uffd.api(features.bits & wanted)
+            .map_err(|e| Error::os("UFFDIO_API", e))?;
+        let policy = match self.policy {
+            PolicySpec::Builtin(k) => k.build(),
+            PolicySpec::Custom(p) => p,
+        };
+        let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
+        let shared = Arc::new(Shared {
+            cfg: Config {
+                page_size: self.page_size,
+                prefetch: self.prefetch,
+                credit_batch: (cache_bytes / 256).min(1 << 20),
+            },
+            features,
+            uffd,
+            regions: ArcSwap::from_pointee(RegionTable::default()),
+            regions_writer: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            budget: FrameBudget::new(cache_bytes, self.high_water, self.low_water),
+            policy,
+            evict_signal: Signal::default(),
+            prefetch_jobs: Mutex::new(VecDeque::new()),
+            prefetch_signal: Condvar::new(),
+            stats: Counters::default(),
+            shutdown: AtomicBool::new(false),
+            shutdown_fd,
+            closed: AtomicBool::new(false),
+        });
+        let mut threads = Vec::new();
+        let spawn = |name: String, f: fn(Arc<Shared>), threads: &mut Vec<JoinHandle<()>>| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || f(s))
+                .map(|h| threads.push(h))
+                .map_err(|e| {
+                    Error::os(
+                        "spawning a thread",
+                        e.raw_os_error().unwrap_or(libc::EAGAIN),
+                    )
+                })
+        };
+        let started = (|| {
+            for i in 0..self.fillers {
+                spawn(
+                    format!("umio-filler-{i}"),
+                    crate::fault::filler_main,
+                    &mut threads,
+                )?;
+            }
+            for i in 0..self.evictors {
+                spawn(
+                    format!("umio-evictor-{i}"),
+                    crate::evict::evictor_main,
+                    &mut threads,
+                )?;
+            }
+            spawn(
+                "umio-prefetch".into(),
+                crate::fault::prefetch_main,
+                &mut threads,
+            )
+        })();
+        let inner = RuntimeInner {
+            shared,
+            threads: Mutex::new(threads),
+        };
+        started?;
+        Ok(Runtime {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
+    if bytes < MIN_PAGE_SIZE || bytes > MAX_PAGE_SIZE || bytes % MIN_PAGE_SIZE != 0 {
+        return Err(Error::InvalidArgument(
+            "page size must be a multiple of 4096 between 4 KiB and 1 GiB",
+        ));
+    }
+    Ok(())
+}
+
+fn default_cache_bytes() -> u64 {
+    // SAFETY: sysconf reads a system constant.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let total = if pages > 0 {
+        pages as u64 * 4096
+    } else {
+        1 << 30
+    };
+    (total / 4).clamp(64 << 20, 4 << 30)
+}
+
+pub(crate) struct Config {
+    pub page_size: usize,
+    pub prefetch: PrefetchKind,
+    /// Bytes a thread reserves from the budget at once.
+    pub credit_batch: u64,
+}
+
+/// A wake-up flag for a background thread.
+#[derive(Default)]
+pub(crate) struct Signal {
+    pending: Mutex<bool>,
+    cond: Condvar,
+    armed: AtomicBool,
+}
+
+impl Signal {
+    /// Wakes the thread unless a wake-up is already pending: callers on the
+    /// fault path pay one atomic load when the thread is already busy.
+    pub fn kick(&self) {
+        if self.armed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+
+    /// Waits for a kick or the timeout.
+    pub fn wait(&self, timeout: Duration) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if !*p {
+            p = self
+                .cond
+                .wait_timeout(p, timeout)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *p = false;
+        self.armed.store(false, Ordering::Release);
+    }
+}
+
+/// A request to fill pages in the background.
+pub(crate) struct PrefetchJob {
+    pub region: Arc<Region>,
+    pub pages: Range<usize>,
+}
+
+/// State shared by the runtime's handles, its mappings and its threads.
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub features: KernelFeatures,
+    pub uffd: Uffd,
+    pub regions: ArcSwap<RegionTable>,
+    regions_writer: Mutex<()>,
+    next_id: AtomicU64,
+    pub budget: FrameBudget,
+    pub policy: Box<dyn EvictionPolicy>,
+    pub evict_signal: Signal,
+    pub prefetch_jobs: Mutex<VecDeque<PrefetchJob>>,
+    pub prefetch_signal: Condvar,
+    pub stats: Counters,
+    pub shutdown: AtomicBool,
+    pub shutdown_fd: EventFd,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
+    }
+
+    fn map(&self, store: Arc<dyn Store>, opts: &MapOptions) -> Result<Arc<Region>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::ShutDown);
+        }
+        let page_size = opts.page_size.unwrap_or(self.cfg.page_size);
+        validate_page_size(page_size)?;
+        if 4 * page_size as u64 > self.budget.limit() {
+            return Err(Error::InvalidArgument(
+                "page size larger than a quarter of the cache",
+            ));
+        }
+        if opts.offset % MIN_PAGE_SIZE as u64 != 0 {
+            return Err(Error::InvalidArgument("offset must be a multiple of 4096"));
+        }
+        let len = match opts.len {
+            Some(len) => len,
+            None => {
+                let store_len = store.len()?;
+                let rest = store_len
+                    .checked_sub(opts.offset)
+                    .ok_or(Error::InvalidArgument(
+                        "offset is past the end of the store",
+                    ))?;
+                usize::try_from(rest).map_err(|_| Error::InvalidArgument("length too large"))?
+            }
+        };
+        if len == 0 {
+            return Err(Error::InvalidArgument("length must be greater than zero"));
+        }
+        let end = opts
+            .offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(Error::InvalidArgument("offset + length overflows"))?;
+        let span = len
+            .checked_next_multiple_of(page_size)
+            .filter(|&s| s <= isize::MAX as usize / 2)
+            .ok_or(Error::InvalidArgument("length too large"))?;
+        if opts.writable {
+            if !store.is_writable() {
+                return Err(Error::ReadOnlyStore);
+            }
+            if !self.features.write_protect() {
+                return Err(Error::Unsupported(
+                    "write-protect faults (UFFD_FEATURE_PAGEFAULT_FLAG_WP, Linux 5.7+): map read-only",
+                ));
+            }
+            if store.len()? < end {
+                store.set_len(end)?;
+            }
+        }
+        let align = if page_size.is_power_of_two() {
+            page_size.min(2 << 20)
+        } else {
+            MIN_PAGE_SIZE
+        };
+        let base = mm::map_anonymous(span, align, opts.writable)
+            .map_err(|e| Error::os("mmap of the region", e))?;
+        if let Err(e) = self.uffd.register(base, span, opts.writable) {
+            let r = mm::unmap(base, span);
+            debug_assert!(r.is_ok());
+            return Err(Error::os("UFFDIO_REGISTER", e));
+        }
+        let prefetch = opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size);
+        let _w = self
+            .regions_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let region = Arc::new(Region::new(
+            id,
+            base,
+            len,
+            page_size,
+            opts.offset,
+            store,
+            opts.writable,
+            prefetch,
+        ));
+        self.regions
+            .store(Arc::new(self.regions.load().with(region.clone())));
+        Ok(region)
+    }
+
+    /// Writes back, then removes the region. The region is gone whatever
+    /// the write-back's outcome; its error is returned.
+    pub fn unmap(&self, region: &Arc<Region>) -> Result<()> {
+        region.close();
+        let result = self.writeback(region, 0..region.pages.len());
+        {
+            let _w = self
+                .regions_writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.regions
+                .store(Arc::new(self.regions.load().without(region.id)));
+        }
+        let resident = region.pages.count(PageState::Clean) + region.pages.count(PageState::Dirty);
+        // Unregistering wakes any thread still blocked on the range.
+        let unreg = self.uffd.unregister(region.base, region.span);
+        let unmapped = mm::unmap(region.base, region.span);
+        assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
+        self.budget.release((resident * region.page_size) as u64);
+        self.policy.forget_region(region.id);
+        result?;
+        unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+            .snapshot(self.budget.used(), self.regions.load().len() as u64)
+    }
+}
+
+struct RuntimeInner {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        s.shutdown.store(true, Ordering::Release);
+        s.shutdown_fd.signal();
+        s.evict_signal.kick();
+        {
+            let _q = s.prefetch_jobs.lock().unwrap_or_else(|e| e.into_inner());
+            s.prefetch_signal.notify_all();
+        }
+        for h in self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            if h.join().is_err() {
+                log::error!("a umio thread panicked");
+            }
+        }
+    }
+}
+
+/// A umio runtime: a page cache of bounded size shared by the regions it
+/// maps, and the threads that serve their faults.
+///
+/// Cheap to clone (a reference count). The threads stop when the last
+/// clone and the last [`Mapping`] are dropped.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let rt = umio_core::Runtime::builder()
+///     .cache_bytes(256 << 20)
+///     .page_size(64 << 10)
+///     .fillers(2)
+///     .build()?;
+/// let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin")?;
+/// let mut map = rt.map_file(&file, umio_core::MapOptions::new().len(1 << 20).writable(true))?;
+/// map.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// map.flush()?;
+/// map.unmap()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("cache_bytes", &self.inner.shared.budget.limit())
+            .field("regions", &self.inner.shared.regions.load().len())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// A builder with defaults that work.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The process-wide runtime, built on first use from the environment
+    /// ([`Builder::from_env`]). An error is returned on every call if the
+    /// first build failed.
+    pub fn global() -> Result<&'static Runtime> {
+        static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| Builder::default().from_env()?.build())
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Maps a file. The runtime keeps its own duplicate of the descriptor.
+    /// `opts` must not name a store.
+    pub fn map_file(&self, file: &File, opts: MapOptions) -> Result<Mapping> {
+        if opts.store.is_some() {
+            return Err(Error::InvalidArgument(
+                "map_file takes no store option; use map",
+            ));
+        }
+        let store = FileStore::new(file).map_err(|e| {
+            Error::os(
+                "opening the file store",
+                e.raw_os_error().unwrap_or(libc::EBADF),
+            )
+        })?;
+        self.map(opts.store(Arc::new(store)))
+    }
+
+    /// Maps the store named by [`MapOptions::store`].
+    pub fn map(&self, opts: MapOptions) -> Result<Mapping> {
+        let store = opts.store.clone().ok_or(Error::InvalidArgument(
+            "no store given: use MapOptions::store or map_file",
+        ))?;
+        let region = self.inner.shared.map(store, &opts)?;
+        Ok(Mapping::new(self.clone(), region))
+    }
+
+    /// Refuses further maps; existing mappings keep working until they are
+    /// unmapped or dropped.
+    pub fn shutdown(&self) {
+        self.inner.shared.closed.store(true, Ordering::Release);
+    }
+
+    /// Counters since the runtime started.
+    pub fn stats(&self) -> Stats {
+        self.inner.shared.stats()
+    }
+
+    /// The cache bound in bytes.
+    pub fn cache_bytes(&self) -> u64 {
+        self.inner.shared.budget.limit()
+    }
+
+    /// The default page size of new regions.
+    pub fn page_size(&self) -> usize {
+        self.inner.shared.cfg.page_size
+    }
+
+    /// The kernel features in use.
+    pub fn kernel_features(&self) -> KernelFeatures {
+        self.inner.shared.features
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size(" 2m "), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+}

@@ -1,0 +1,64 @@
+//! Counters of what the runtime did.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        #[derive(Default, Debug)]
+        pub(crate) struct Counters {
+            $(pub $name: AtomicU64,)*
+        }
+
+        /// A snapshot of a runtime's counters, from its start.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+            /// Bytes of cache in use now (resident pages and pages being filled).
+            pub resident_bytes: u64,
+            /// Regions mapped now.
+            pub regions: u64,
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self, resident_bytes: u64, regions: u64) -> Stats {
+                Stats { $($name: self.$name.load(Relaxed),)* resident_bytes, regions }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Fault messages read from userfaultfd.
+    faults,
+    /// Misses on read: a page filled for a reading thread.
+    read_misses,
+    /// Misses on write: a page filled for a writing thread.
+    write_misses,
+    /// First writes to clean pages (write-protect faults).
+    wp_faults,
+    /// Faults on a page another thread was already filling or changing:
+    /// coalesced, no second read.
+    coalesced,
+    /// Faults found already resolved when handled.
+    stale,
+    /// Store reads made to fill pages (faults and prefetch).
+    store_reads,
+    /// Bytes read from stores.
+    bytes_read,
+    /// Pages filled by prefetch rather than by a fault.
+    prefetched_pages,
+    /// Failed fills (the faulting thread got SIGBUS).
+    read_errors,
+    /// Pages evicted.
+    evicted_pages,
+    /// Of those, pages that were dirty and written back first.
+    evicted_dirty_pages,
+    /// Store writes made by write-back (each covers a run of pages).
+    writeback_ops,
+    /// Bytes written back.
+    bytes_written,
+    /// Failed write-backs (the pages stayed dirty).
+    write_errors,
+    /// Times a filler evicted pages itself because the cache was full.
+    direct_reclaims,
+}

@@ -1,0 +1,107 @@
+//! Anonymous memory for regions and staging buffers.
+
+use super::errno;
+
+/// Reserves `len` bytes of private anonymous memory aligned to `align` (a
+/// power of two), not inherited by `fork` children. Returns the address.
+pub(crate) fn map_anonymous(len: usize, align: usize, writable: bool) -> Result<usize, i32> {
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let span = len.checked_add(align - 1).ok_or(libc::ENOMEM)?;
+    // SAFETY: a fresh anonymous mapping at an address the kernel picks
+    // aliases nothing.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), span, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    let start = p as usize;
+    let base = (start + align - 1) & !(align - 1);
+    // Trim the slack on both sides so that only [base, base+len) stays.
+    if base > start {
+        unmap(start, base - start)?;
+    }
+    let tail = start + span - (base + len);
+    if tail > 0 {
+        unmap(base + len, tail)?;
+    }
+    if let Err(e) = advise(base, len, libc::MADV_DONTFORK) {
+        let _ = unmap(base, len);
+        return Err(e);
+    }
+    Ok(base)
+}
+
+/// Unmaps `[addr, addr+len)`.
+pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), i32> {
+    // SAFETY: callers pass ranges they mapped themselves and no longer
+    // reference.
+    let r = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    if r == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// `madvise` on a range this crate mapped.
+pub(crate) fn advise(addr: usize, len: usize, advice: libc::c_int) -> Result<(), i32> {
+    // SAFETY: the range belongs to a region of ours; the advice values used
+    // (DONTNEED on registered anonymous memory, DONTFORK) discard or keep
+    // pages, never map new memory.
+    let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
+    if r == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// A page-aligned buffer of anonymous memory, for staging reads.
+pub(crate) struct StagingBuffer {
+    addr: usize,
+    len: usize,
+}
+
+impl StagingBuffer {
+    /// An empty buffer.
+    pub(crate) const fn new() -> Self {
+        StagingBuffer { addr: 0, len: 0 }
+    }
+
+    /// The buffer as a slice of at least `len` bytes, growing it if needed.
+    pub(crate) fn get(&mut self, len: usize) -> Result<&mut [u8], i32> {
+        if self.len < len {
+            let new_len = len.next_multiple_of(4096);
+            // SAFETY: a fresh private anonymous mapping aliases nothing.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    new_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(errno());
+            }
+            self.release();
+            self.addr = p as usize;
+            self.len = new_len;
+        }
+        // SAFETY: [addr, addr+len) is a private read-write mapping owned by
+        // this buffer, and &mut self makes the slice exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, len) })
+    }
+
+    fn release(&mut self) {
+        if self.len > 0 {
+            let r = unmap(self.addr, self.len);
+            assert!(r.is_ok(), "munmap of a staging buffer failed: {r:?}");
+            self.len = 0;
+        }
+    }
+}
+
+impl Drop for StagingBuffer {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+// SAFETY: the buffer is plain memory owned by one StagingBuffer; moving it
+// to another thread moves that ownership.
+unsafe impl Send for StagingBuffer {}

@@ -1,0 +1,379 @@
+//! userfaultfd: the descriptor, its ioctls and its messages
+//! (`include/uapi/linux/userfaultfd.h`).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::errno;
+
+const UFFD_API: u64 = 0xAA;
+const UFFDIO: u64 = 0xAA;
+
+const fn ioc(dir: u64, nr: u64, size: usize) -> libc::c_ulong {
+    ((dir << 30) | ((size as u64) << 16) | (UFFDIO << 8) | nr) as libc::c_ulong
+}
+const IOC_WRITE: u64 = 1;
+const IOC_READ: u64 = 2;
+const IOWR: u64 = IOC_READ | IOC_WRITE;
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioPoison {
+    range: UffdioRange,
+    mode: u64,
+    updated: i64,
+}
+
+const UFFDIO_API: libc::c_ulong = ioc(IOWR, 0x3F, size_of::<UffdioApi>());
+const UFFDIO_REGISTER: libc::c_ulong = ioc(IOWR, 0x00, size_of::<UffdioRegister>());
+const UFFDIO_UNREGISTER: libc::c_ulong = ioc(IOC_READ, 0x01, size_of::<UffdioRange>());
+const UFFDIO_WAKE: libc::c_ulong = ioc(IOC_READ, 0x02, size_of::<UffdioRange>());
+const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, size_of::<UffdioCopy>());
+const UFFDIO_WRITEPROTECT: libc::c_ulong = ioc(IOWR, 0x06, size_of::<UffdioWriteprotect>());
+const UFFDIO_POISON: libc::c_ulong = ioc(IOWR, 0x08, size_of::<UffdioPoison>());
+/// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
+const USERFAULTFD_IOC_NEW: libc::c_ulong = ioc(0, 0x00, 0);
+
+const REGISTER_MODE_MISSING: u64 = 1 << 0;
+const REGISTER_MODE_WP: u64 = 1 << 1;
+const COPY_MODE_DONTWAKE: u64 = 1 << 0;
+const COPY_MODE_WP: u64 = 1 << 1;
+const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+
+/// Bits of `UFFDIO_API`'s feature mask that umio uses or reports.
+pub(crate) mod feature {
+    pub const PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+    pub const EVENT_FORK: u64 = 1 << 1;
+    pub const EVENT_REMAP: u64 = 1 << 2;
+    pub const EVENT_REMOVE: u64 = 1 << 3;
+    pub const MISSING_HUGETLBFS: u64 = 1 << 4;
+    pub const MISSING_SHMEM: u64 = 1 << 5;
+    pub const EVENT_UNMAP: u64 = 1 << 6;
+    pub const SIGBUS: u64 = 1 << 7;
+    pub const THREAD_ID: u64 = 1 << 8;
+    pub const MINOR_HUGETLBFS: u64 = 1 << 9;
+    pub const MINOR_SHMEM: u64 = 1 << 10;
+    pub const EXACT_ADDRESS: u64 = 1 << 11;
+    pub const WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+    pub const WP_UNPOPULATED: u64 = 1 << 13;
+    pub const POISON: u64 = 1 << 14;
+    pub const WP_ASYNC: u64 = 1 << 15;
+    pub const MOVE: u64 = 1 << 16;
+
+    /// Names of the feature bits, for reports.
+    pub const NAMES: [(u64, &str); 17] = [
+        (PAGEFAULT_FLAG_WP, "WP"),
+        (EVENT_FORK, "EVENT_FORK"),
+        (EVENT_REMAP, "EVENT_REMAP"),
+        (EVENT_REMOVE, "EVENT_REMOVE"),
+        (MISSING_HUGETLBFS, "MISSING_HUGETLBFS"),
+        (MISSING_SHMEM, "MISSING_SHMEM"),
+        (EVENT_UNMAP, "EVENT_UNMAP"),
+        (SIGBUS, "SIGBUS"),
+        (THREAD_ID, "THREAD_ID"),
+        (MINOR_HUGETLBFS, "MINOR_HUGETLBFS"),
+        (MINOR_SHMEM, "MINOR_SHMEM"),
+        (EXACT_ADDRESS, "EXACT_ADDRESS"),
+        (WP_HUGETLBFS_SHMEM, "WP_HUGETLBFS_SHMEM"),
+        (WP_UNPOPULATED, "WP_UNPOPULATED"),
+        (POISON, "POISON"),
+        (WP_ASYNC, "WP_ASYNC"),
+        (MOVE, "MOVE"),
+    ];
+}
+
+/// `uffd_msg.event` of a page fault.
+const EVENT_PAGEFAULT: u8 = 0x12;
+/// `uffd_msg.arg.pagefault.flags` bits.
+pub(crate) const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+pub(crate) const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+
+/// `struct uffd_msg`: 32 bytes, the event tag then a union.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct UffdMsg {
+    event: u8,
+    reserved1: u8,
+    reserved2: u16,
+    reserved3: u32,
+    arg: [u64; 3],
+}
+
+const _: () = assert!(size_of::<UffdMsg>() == 32);
+
+impl UffdMsg {
+    /// The page fault this message reports: (address, flags).
+    pub(crate) fn pagefault(&self) -> Option<(usize, u64)> {
+        (self.event == EVENT_PAGEFAULT).then_some((self.arg[1] as usize, self.arg[0]))
+    }
+}
+
+/// Why no userfaultfd could be opened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpenFailure {
+    pub syscall_errno: i32,
+    pub device_errno: i32,
+}
+
+/// A userfaultfd descriptor, non-blocking and close-on-exec.
+#[derive(Debug)]
+pub(crate) struct Uffd {
+    fd: OwnedFd,
+}
+
+impl AsRawFd for Uffd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Result of a range ioctl that is not a plain success.
+pub(crate) type Errno = i32;
+
+impl Uffd {
+    /// Opens a descriptor that also receives faults raised by the kernel
+    /// (a mapped buffer passed to `read(2)`), by the system call first and
+    /// `/dev/userfaultfd` second.
+    pub(crate) fn open() -> Result<Uffd, OpenFailure> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: userfaultfd(2) takes a flags word and returns a new
+        // descriptor or -1; no memory is passed.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
+        if fd >= 0 {
+            // SAFETY: fd is a fresh descriptor that nothing else owns.
+            return Ok(Uffd {
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            });
+        }
+        let syscall_errno = errno();
+        let dev = c"/dev/userfaultfd";
+        // SAFETY: dev is a NUL-terminated path; open returns a descriptor or -1.
+        let devfd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if devfd < 0 {
+            return Err(OpenFailure {
+                syscall_errno,
+                device_errno: errno(),
+            });
+        }
+        // SAFETY: devfd is ours; wrapping it closes it on every path.
+        let devfd = unsafe { OwnedFd::from_raw_fd(devfd) };
+        // SAFETY: USERFAULTFD_IOC_NEW takes the flags by value and returns a
+        // new descriptor or -1.
+        let fd = unsafe { libc::ioctl(devfd.as_raw_fd(), USERFAULTFD_IOC_NEW, flags) };
+        if fd < 0 {
+            return Err(OpenFailure {
+                syscall_errno,
+                device_errno: errno(),
+            });
+        }
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        Ok(Uffd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// `UFFDIO_API`: enables `features` and returns every feature the
+    /// kernel supports. Allowed once per descriptor.
+    pub(crate) fn api(&self, features: u64) -> Result<u64, Errno> {
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features,
+            ioctls: 0,
+        };
+        // SAFETY: api is a valid UffdioApi that the kernel reads and writes.
+        let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_API, &mut api) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            Ok(api.features)
+        }
+    }
+
+    /// Registers `[start, start+len)` for missing faults, and write-protect
+    /// faults if `wp`.
+    pub(crate) fn register(&self, start: usize, len: usize, wp: bool) -> Result<(), Errno> {
+        let mut reg = UffdioRegister {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: REGISTER_MODE_MISSING | if wp { REGISTER_MODE_WP } else { 0 },
+            ioctls: 0,
+        };
+        // SAFETY: reg is a valid UffdioRegister; registering only changes
+        // how faults in the range are handled.
+        let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_REGISTER, &mut reg) };
+        if r < 0 { Err(errno()) } else { Ok(()) }
+    }
+
+    /// Unregisters a range; threads blocked on faults in it are woken.
+    pub(crate) fn unregister(&self, start: usize, len: usize) -> Result<(), Errno> {
+        let mut range = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: range is a valid UffdioRange.
+        let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_UNREGISTER, &mut range) };
+        if r < 0 { Err(errno()) } else { Ok(()) }
+    }
+
+    /// Wakes threads waiting on faults in a range.
+    pub(crate) fn wake(&self, start: usize, len: usize) {
+        let mut range = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: range is a valid UffdioRange. A failure (range gone) leaves
+        // nobody to wake, so it is ignored.
+        unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_WAKE, &mut range) };
+    }
+
+    /// Atomically copies `len` bytes from `src` into missing pages at `dst`,
+    /// installing them write-protected if `wp`, and wakes waiters unless
+    /// `dontwake`. Retries partial copies interrupted by `EAGAIN`.
+    /// `Err(EEXIST)` means a page of the range was already present.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable memory of this process.
+    pub(crate) unsafe fn copy(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), Errno> {
+        let mode =
+            if wp { COPY_MODE_WP } else { 0 } | if dontwake { COPY_MODE_DONTWAKE } else { 0 };
+        let mut done = 0usize;
+        let mut tries = 0;
+        while done < len {
+            let mut c = UffdioCopy {
+                dst: (dst + done) as u64,
+                src: src as u64 + done as u64,
+                len: (len - done) as u64,
+                mode,
+                copy: 0,
+            };
+            // SAFETY: c is a valid UffdioCopy; the caller guarantees the
+            // source is readable; the kernel only fills missing pages of a
+            // range registered with this descriptor.
+            let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_COPY, &mut c) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = errno();
+            if c.copy > 0 {
+                done += c.copy as usize;
+            }
+            if e != libc::EAGAIN || tries > 10_000 {
+                return Err(e);
+            }
+            tries += 1;
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Sets (`wp`) or clears write protection on a range. Clearing wakes
+    /// the threads waiting on the range.
+    pub(crate) fn writeprotect(&self, start: usize, len: usize, wp: bool) -> Result<(), Errno> {
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: if wp { WRITEPROTECT_MODE_WP } else { 0 },
+        };
+        loop {
+            // SAFETY: w is a valid UffdioWriteprotect; it changes page
+            // protection of a registered range only.
+            let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_WRITEPROTECT, &mut w) };
+            if r == 0 {
+                return Ok(());
+            }
+            match errno() {
+                libc::EAGAIN => std::thread::yield_now(),
+                e => return Err(e),
+            }
+        }
+    }
+
+    /// Marks missing pages of a range poisoned: their next access raises
+    /// SIGBUS, as a failed read of a mapped file does. Wakes waiters.
+    pub(crate) fn poison(&self, start: usize, len: usize) -> Result<(), Errno> {
+        let mut p = UffdioPoison {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            updated: 0,
+        };
+        // SAFETY: p is a valid UffdioPoison on a registered range.
+        let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_POISON, &mut p) };
+        if r < 0 { Err(errno()) } else { Ok(()) }
+    }
+
+    /// Reads up to `buf.len()` pending messages; 0 if none is pending.
+    pub(crate) fn read_messages(&self, buf: &mut [UffdMsg]) -> Result<usize, Errno> {
+        loop {
+            // SAFETY: buf is writable memory of buf.len() messages; the
+            // kernel writes whole messages only.
+            let n = unsafe {
+                libc::read(
+                    self.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    std::mem::size_of_val(buf),
+                )
+            };
+            if n >= 0 {
+                return Ok(n as usize / size_of::<UffdMsg>());
+            }
+            match errno() {
+                libc::EAGAIN => return Ok(0),
+                libc::EINTR => continue,
+                e => return Err(e),
+            }
+        }
+    }
+}
