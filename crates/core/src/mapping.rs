@@ -244,7 +244,9 @@ impl Mapping {
             Advice::WillNeed => self.prefetch(range),
             Advice::DontNeed => {
                 let ps = self.region.page_size;
-                if range.start % ps != 0 || (range.end % ps != 0 && range.end != self.region.len) {
+                if !range.start.is_multiple_of(ps)
+                    || (!range.end.is_multiple_of(ps) && range.end != self.region.len)
+                {
                     return Err(Error::InvalidArgument(
                         "DontNeed range must start and end on page boundaries",
                     ));

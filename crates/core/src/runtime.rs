@@ -357,7 +357,7 @@ impl Builder {
 }
 
 pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
-    if bytes < MIN_PAGE_SIZE || bytes > MAX_PAGE_SIZE || bytes % MIN_PAGE_SIZE != 0 {
+    if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) || !bytes.is_multiple_of(MIN_PAGE_SIZE) {
         return Err(Error::InvalidArgument(
             "page size must be a multiple of 4096 between 4 KiB and 1 GiB",
         ));
@@ -458,7 +458,7 @@ impl Shared {
                 "page size larger than a quarter of the cache",
             ));
         }
-        if opts.offset % MIN_PAGE_SIZE as u64 != 0 {
+        if !opts.offset.is_multiple_of(MIN_PAGE_SIZE as u64) {
             return Err(Error::InvalidArgument("offset must be a multiple of 4096"));
         }
         let len = match opts.len {

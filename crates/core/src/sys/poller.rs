@@ -20,9 +20,8 @@ impl EventFd {
             return Err(errno());
         }
         // SAFETY: fd is fresh and ours.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     /// Makes the eventfd readable for good (it is never drained).

@@ -180,9 +180,8 @@ impl Uffd {
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
         if fd >= 0 {
             // SAFETY: fd is a fresh descriptor that nothing else owns.
-            return Ok(Uffd {
-                fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            });
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            return Ok(Uffd { fd });
         }
         let syscall_errno = errno();
         let dev = c"/dev/userfaultfd";
@@ -206,9 +205,8 @@ impl Uffd {
             });
         }
         // SAFETY: fd is a fresh descriptor that nothing else owns.
-        Ok(Uffd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Uffd { fd })
     }
 
     /// `UFFDIO_API`: enables `features` and returns every feature the
