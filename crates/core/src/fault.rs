@@ -72,8 +72,9 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
                 }
             }
         }
-        w.credit.release_all(&shared.budget);
     }
+    // Credit (at most `credit_batch` bytes) is kept across wake-ups so that
+    // most misses touch no shared counter; it goes back at exit.
     w.credit.release_all(&shared.budget);
 }
 

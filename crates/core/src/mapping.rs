@@ -7,7 +7,7 @@ use umio_backends::Store;
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
-use crate::prefetch::{Advice, PrefetchKind};
+use crate::prefetch::{Advice, PrefetchKind, Prefetcher};
 use crate::region::Region;
 use crate::runtime::{PrefetchJob, Runtime};
 
@@ -20,6 +20,7 @@ pub struct MapOptions {
     pub(crate) page_size: Option<usize>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) prefetch: Option<PrefetchKind>,
+    pub(crate) prefetcher: Option<Arc<dyn Prefetcher>>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -31,6 +32,7 @@ impl std::fmt::Debug for MapOptions {
             .field("page_size", &self.page_size)
             .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
             .field("prefetch", &self.prefetch)
+            .field("custom_prefetcher", &self.prefetcher.is_some())
             .finish()
     }
 }
@@ -76,9 +78,16 @@ impl MapOptions {
         self
     }
 
-    /// Prefetch policy of this region.
+    /// Built-in prefetch policy of this region.
     pub fn prefetch(mut self, kind: PrefetchKind) -> Self {
         self.prefetch = Some(kind);
+        self.prefetcher = None;
+        self
+    }
+
+    /// A prefetch policy of the application's own for this region.
+    pub fn prefetcher(mut self, prefetcher: Arc<dyn Prefetcher>) -> Self {
+        self.prefetcher = Some(prefetcher);
         self
     }
 }

@@ -43,8 +43,9 @@ pub struct Miss {
 
 /// Decides, on each miss, which pages of the region to fetch ahead.
 ///
-/// One instance per region; called from fillers concurrently, so keep state
-/// in atomics. Return an empty range for no prefetch. Pages already resident
+/// Built-in policies get one instance per region; an instance given with
+/// `MapOptions::prefetcher` serves the regions it is given to. Called from
+/// fillers concurrently, so keep state in atomics. Return an empty range for no prefetch. Pages already resident
 /// or being filled in the range are skipped, and prefetch never evicts to
 /// make room: it uses free cache only.
 pub trait Prefetcher: Send + Sync + 'static {
@@ -74,10 +75,10 @@ impl Default for PrefetchKind {
 }
 
 impl PrefetchKind {
-    pub(crate) fn build(self, page_size: usize) -> Box<dyn Prefetcher> {
+    pub(crate) fn build(self, page_size: usize) -> std::sync::Arc<dyn Prefetcher> {
         match self {
-            PrefetchKind::None => Box::new(ReadAhead::new(0, page_size, 2 << 20)),
-            PrefetchKind::Sequential { max_window } => Box::new(ReadAhead::new(
+            PrefetchKind::None => std::sync::Arc::new(ReadAhead::new(0, page_size, 2 << 20)),
+            PrefetchKind::Sequential { max_window } => std::sync::Arc::new(ReadAhead::new(
                 max_window,
                 page_size,
                 max_window.max(2 << 20),

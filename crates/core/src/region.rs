@@ -29,7 +29,7 @@ pub(crate) struct Region {
     pub store: Arc<dyn Store>,
     pub writable: bool,
     pub pages: PageTable,
-    pub prefetcher: Box<dyn Prefetcher>,
+    pub prefetcher: Arc<dyn Prefetcher>,
     /// Threads working on the region now, plus the CLOSING bit.
     users: AtomicUsize,
     /// Pages in state Dirty (flush skips clean regions without a scan).
@@ -62,7 +62,7 @@ impl Region {
         offset: u64,
         store: Arc<dyn Store>,
         writable: bool,
-        prefetcher: Box<dyn Prefetcher>,
+        prefetcher: Arc<dyn Prefetcher>,
     ) -> Region {
         let npages = len.div_ceil(page_size);
         Region {

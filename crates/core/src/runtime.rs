@@ -510,7 +510,10 @@ impl Shared {
             debug_assert!(r.is_ok());
             return Err(Error::os("UFFDIO_REGISTER", e));
         }
-        let prefetch = opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size);
+        let prefetch = match &opts.prefetcher {
+            Some(p) => p.clone(),
+            None => opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size),
+        };
         let _w = self
             .regions_writer
             .lock()
