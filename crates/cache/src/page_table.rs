@@ -67,13 +67,33 @@ impl std::fmt::Debug for PageTable {
 
 impl PageTable {
     /// A table of `pages` pages, all `Empty`.
+    ///
+    /// # Panics
+    /// If the allocation fails; see [`try_new`](PageTable::try_new).
     pub fn new(pages: usize) -> PageTable {
-        let zeroed: Box<[u8]> = vec![0u8; pages].into_boxed_slice();
-        let raw = Box::into_raw(zeroed) as *mut [AtomicU8];
-        // SAFETY: AtomicU8 has the same size, alignment and bit validity as
-        // u8, and the box's allocation is handed over whole.
-        let states = unsafe { Box::from_raw(raw) };
-        PageTable { states }
+        Self::try_new(pages).expect("page table allocation failed")
+    }
+
+    /// A table of `pages` pages, all `Empty`, or `None` if the memory
+    /// cannot be had.
+    pub fn try_new(pages: usize) -> Option<PageTable> {
+        if pages == 0 {
+            return Some(PageTable {
+                states: Box::new([]),
+            });
+        }
+        let layout = std::alloc::Layout::array::<AtomicU8>(pages).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return None;
+        }
+        let slice = std::ptr::slice_from_raw_parts_mut(ptr.cast::<AtomicU8>(), pages);
+        // SAFETY: the allocation was made by the global allocator with the
+        // layout of `[AtomicU8; pages]`, and zeroed bytes are valid
+        // AtomicU8 values (Empty, not busy).
+        let states = unsafe { Box::from_raw(slice) };
+        Some(PageTable { states })
     }
 
     /// Number of pages.

@@ -63,9 +63,9 @@ impl Region {
         store: Arc<dyn Store>,
         writable: bool,
         prefetcher: Arc<dyn Prefetcher>,
-    ) -> Region {
+    ) -> Option<Region> {
         let npages = len.div_ceil(page_size);
-        Region {
+        Some(Region {
             id,
             base,
             len,
@@ -74,13 +74,13 @@ impl Region {
             offset,
             store,
             writable,
-            pages: PageTable::new(npages),
+            pages: PageTable::try_new(npages)?,
             prefetcher,
             users: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
             advice: ArcSwap::from_pointee(Vec::new()),
             deferred_error: Mutex::new(None),
-        }
+        })
     }
 
     #[inline]

@@ -519,7 +519,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let region = Arc::new(Region::new(
+        let Some(region) = Region::new(
             id,
             base,
             len,
@@ -528,7 +528,13 @@ impl Shared {
             store,
             opts.writable,
             prefetch,
-        ));
+        ) else {
+            let _ = self.uffd.unregister(base, span);
+            let r = mm::unmap(base, span);
+            debug_assert!(r.is_ok());
+            return Err(Error::os("allocating the page table", libc::ENOMEM));
+        };
+        let region = Arc::new(region);
         self.regions
             .store(Arc::new(self.regions.load().with(region.clone())));
         Ok(region)
