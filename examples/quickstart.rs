@@ -17,8 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .page_size(64 << 10) // default fill unit; a region may choose its own
         .fillers(2)
         .build()?;
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
-    let mut map = rt.map_file(&file, umio::MapOptions::new().offset(0).len(len).writable(true))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let mut map = rt.map_file(
+        &file,
+        umio::MapOptions::new().offset(0).len(len).writable(true),
+    )?;
 
     map.as_mut_slice()[..5].copy_from_slice(b"hello");
     // Reading the whole file through a 1 MiB cache evicts as it goes.
