@@ -69,6 +69,16 @@ pub trait EvictionPolicy: Send + Sync + 'static {
 
     /// Number of entries tracked (resident pages plus stale entries).
     fn tracked(&self) -> usize;
+
+    /// Drops stale entries: pages no longer resident, regions gone, and
+    /// duplicates. Core calls it from the evictor when [`tracked`]
+    /// (EvictionPolicy::tracked) exceeds twice the resident pages, which
+    /// bounds the policy's memory when pages are dropped and filled again
+    /// without eviction (a heap freeing and reusing memory). The default
+    /// does nothing.
+    fn purge(&self, oracle: &dyn PageOracle) {
+        let _ = oracle;
+    }
 }
 
 /// The built-in policies, by name.
@@ -124,6 +134,21 @@ impl ShardedQueues {
 
     fn len(&self) -> usize {
         (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+    }
+
+    fn purge(&self, oracle: &dyn PageOracle) {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..self.shards.len() {
+            seen.clear();
+            self.lock(i).retain(|&k| {
+                let live = matches!(
+                    oracle.probe(k, false),
+                    Some(PageProbe { state: Observed::Stable(s) | Observed::Busy(s), .. })
+                        if s != PageState::Empty
+                );
+                live && seen.insert(k)
+            });
+        }
     }
 
     /// Visits shards round robin; `pick` takes from one shard's queue and
@@ -228,6 +253,9 @@ impl EvictionPolicy for Fifo {
     fn tracked(&self) -> usize {
         self.queues.len()
     }
+    fn purge(&self, oracle: &dyn PageOracle) {
+        self.queues.purge(oracle);
+    }
 }
 
 /// CLOCK (second chance): the hand passes over pages in fill order; a page
@@ -284,6 +312,9 @@ impl EvictionPolicy for Clock {
     }
     fn tracked(&self) -> usize {
         self.queues.len()
+    }
+    fn purge(&self, oracle: &dyn PageOracle) {
+        self.queues.purge(oracle);
     }
 }
 
@@ -388,6 +419,31 @@ mod tests {
         p.select_victims(&o, 64, &mut more);
         assert_eq!(more.len(), 32);
         assert!(more.iter().all(|k| k.index < 32));
+    }
+
+    #[test]
+    fn purge_drops_gone_empty_and_duplicate_entries() {
+        let o = resident(10);
+        let p = Fifo::new();
+        for i in 0..10 {
+            p.inserted(key(i));
+            p.inserted(key(i));
+        }
+        p.inserted(PageKey {
+            region: 7,
+            index: 0,
+        });
+        assert!(o.0.try_lock(3, PageState::Clean));
+        assert!(!o.0.unlock(3, PageState::Empty));
+        p.purge(&o);
+        assert_eq!(p.tracked(), 9);
+        let mut out = Vec::new();
+        p.select_victims(&o, 100, &mut out);
+        out.sort();
+        assert_eq!(
+            out,
+            (0..10).filter(|&i| i != 3).map(key).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub(crate) fn evictor_main(shared: Arc<Shared>) {
     let mut w = Worker::new();
     while !shared.is_shutting_down() {
         shared.evict_signal.wait(Duration::from_millis(100));
+        shared.purge_policy_if_bloated();
         if !shared.budget.above_high() {
             continue;
         }
@@ -71,6 +72,16 @@ fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
 }
 
 impl Shared {
+    /// Lets the policy drop stale entries once it tracks more than twice
+    /// the pages the cache can hold.
+    fn purge_policy_if_bloated(&self) {
+        let most_pages = self.budget.limit() / crate::runtime::MIN_PAGE_SIZE as u64;
+        if self.policy.tracked() as u64 > 2 * most_pages.min(self.budget.used() / 4096 + 1024) {
+            let table = self.regions.load();
+            self.policy.purge(&Oracle(&table));
+        }
+    }
+
     /// Evicts up to `max` pages chosen by the policy. Returns bytes freed.
     pub(crate) fn evict_batch(&self, w: &mut Worker, max: usize) -> u64 {
         let table = self.regions.load();
