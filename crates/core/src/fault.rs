@@ -157,7 +157,9 @@ impl Shared {
     fn make_writable(&self, region: &Region, page: usize, was: PageState) {
         let addr = region.page_addr(page);
         region.pages.mark_referenced(page);
-        let to = match self.uffd.writeprotect(addr, region.page_size, false) {
+        // DONTWAKE: the writer must not run (and, say, call `flush`) before
+        // the page is counted dirty and unlocked.
+        let to = match self.uffd.writeprotect(addr, region.page_size, false, true) {
             Ok(()) => PageState::Dirty,
             Err(e) => {
                 log::error!("umio: UFFDIO_WRITEPROTECT (clear) failed: errno {e}");
@@ -168,9 +170,9 @@ impl Shared {
             region.dirty.fetch_add(1, Relaxed);
             self.stats.wp_faults.fetch_add(1, Relaxed);
         }
-        if region.pages.unlock(page, to) {
-            self.uffd.wake(addr, region.page_size);
-        }
+        // The faulting thread waits for this wake, waiters registered or not.
+        let _ = region.pages.unlock(page, to);
+        self.uffd.wake(addr, region.page_size);
     }
 
     /// Fills a missed page this thread holds busy, then reads ahead.
@@ -211,13 +213,14 @@ impl Shared {
         let dirty = write && region.writable;
         let wp = region.writable && !dirty;
         // SAFETY: buf is our staging buffer of ps readable bytes.
-        let copied = unsafe { self.install(addr, buf.as_ptr(), ps, wp, false) };
+        // DONTWAKE: the faulting thread must not run (and, say, call
+        // `flush` after a write) before the page's state is recorded.
+        let copied = unsafe { self.install(addr, buf.as_ptr(), ps, wp, true) };
         if let Err(e) = copied {
             log::error!("umio: UFFDIO_COPY failed: errno {e}");
             self.budget.release(ps as u64);
-            if region.pages.unlock(page, PageState::Empty) {
-                self.uffd.wake(addr, ps);
-            }
+            let _ = region.pages.unlock(page, PageState::Empty);
+            self.uffd.wake(addr, ps);
             return;
         }
         if dirty {
@@ -226,16 +229,16 @@ impl Shared {
         } else {
             self.stats.read_misses.fetch_add(1, Relaxed);
         }
-        if region.pages.unlock(
+        // The faulting thread waits for this wake, waiters registered or not.
+        let _ = region.pages.unlock(
             page,
             if dirty {
                 PageState::Dirty
             } else {
                 PageState::Clean
             },
-        ) {
-            self.uffd.wake(addr, ps);
-        }
+        );
+        self.uffd.wake(addr, ps);
         self.policy.inserted(region.key(page));
 
         let miss = Miss {

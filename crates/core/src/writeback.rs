@@ -26,7 +26,7 @@ impl Shared {
     pub(crate) fn write_run(&self, region: &Region, run: Range<usize>) -> Result<(), StoreError> {
         let addr = region.page_addr(run.start);
         let span = run.len() * region.page_size;
-        if let Err(e) = self.uffd.writeprotect(addr, span, true) {
+        if let Err(e) = self.uffd.writeprotect(addr, span, true, false) {
             return Err(StoreError::new(
                 umio_backends::StoreOp::Write,
                 region.store_offset(run.start),

@@ -78,6 +78,7 @@ const REGISTER_MODE_WP: u64 = 1 << 1;
 const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 1 << 1;
 
 /// Bits of `UFFDIO_API`'s feature mask that umio uses or reports.
 pub(crate) mod feature {
@@ -313,14 +314,25 @@ impl Uffd {
     }
 
     /// Sets (`wp`) or clears write protection on a range. Clearing wakes
-    /// the threads waiting on the range.
-    pub(crate) fn writeprotect(&self, start: usize, len: usize, wp: bool) -> Result<(), Errno> {
+    /// the threads waiting on the range unless `dontwake`.
+    pub(crate) fn writeprotect(
+        &self,
+        start: usize,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), Errno> {
         let mut w = UffdioWriteprotect {
             range: UffdioRange {
                 start: start as u64,
                 len: len as u64,
             },
-            mode: if wp { WRITEPROTECT_MODE_WP } else { 0 },
+            mode: if wp { WRITEPROTECT_MODE_WP } else { 0 }
+                | if dontwake {
+                    WRITEPROTECT_MODE_DONTWAKE
+                } else {
+                    0
+                },
         };
         loop {
             // SAFETY: w is a valid UffdioWriteprotect; it changes page
