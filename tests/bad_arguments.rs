@@ -1,0 +1,328 @@
+//! Each bad argument gives its own error, with the errno the C ABI reports,
+//! and leaves nothing behind: no region, no change to the file, and the
+//! runtime keeps working.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::Arc;
+
+use umio::backends::MemoryStore;
+use umio::{Advice, Error, MapOptions, Runtime};
+
+const FILE_LEN: usize = 64 << 10;
+
+fn rw_file() -> (tempfile::NamedTempFile, File) {
+    let mut tmp = tempfile::NamedTempFile::new().unwrap();
+    tmp.write_all(&vec![5u8; FILE_LEN]).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(tmp.path())
+        .unwrap();
+    (tmp, f)
+}
+
+/// 1 MiB cache, 16 KiB pages.
+fn runtime() -> Runtime {
+    Runtime::builder()
+        .cache_bytes(1 << 20)
+        .page_size(16 << 10)
+        .fillers(1)
+        .build()
+        .unwrap()
+}
+
+#[track_caller]
+fn assert_invalid<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) {
+    match r {
+        Err(e @ Error::InvalidArgument(_)) => {
+            assert_eq!(e.errno(), libc::EINVAL, "{what}");
+            assert!(!e.to_string().is_empty());
+            let io: std::io::Error = e.into();
+            assert_eq!(io.kind(), std::io::ErrorKind::InvalidInput, "{what}");
+        }
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn builder_rejects_bad_settings() {
+    let b = || Runtime::builder().cache_bytes(64 << 20);
+    assert_invalid(b().fillers(0).build(), "fillers 0");
+    assert_invalid(b().fillers(257).build(), "fillers 257");
+    assert_invalid(b().evictors(65).build(), "evictors 65");
+    assert_invalid(b().watermarks(60, 70).build(), "low watermark above high");
+    assert_invalid(b().watermarks(0, 0).build(), "high watermark 0");
+    assert_invalid(b().watermarks(101, 50).build(), "high watermark over 100");
+    assert_invalid(b().page_size(0).build(), "page size 0");
+    assert_invalid(b().page_size(1000).build(), "page size 1000");
+    assert_invalid(b().page_size(6 << 10).build(), "page size 6 KiB");
+    assert_invalid(b().page_size(2 << 30).build(), "page size 2 GiB");
+    assert_invalid(
+        Runtime::builder()
+            .cache_bytes(4 * (64 << 10) - 1)
+            .page_size(64 << 10)
+            .build(),
+        "cache smaller than 4 pages",
+    );
+    assert_invalid(Runtime::builder().cache_bytes(0).build(), "cache 0");
+    // The boundaries themselves are fine.
+    let rt = Runtime::builder()
+        .cache_bytes(4 * (64 << 10))
+        .page_size(64 << 10)
+        .fillers(1)
+        .evictors(0)
+        .watermarks(100, 100)
+        .build()
+        .unwrap();
+    assert_eq!(rt.cache_bytes(), 4 * (64 << 10));
+    assert_eq!(rt.page_size(), 64 << 10);
+}
+
+#[test]
+fn map_rejects_bad_lengths_and_offsets() {
+    let (tmp, file) = rw_file();
+    let rt = runtime();
+    assert_invalid(rt.map_file(&file, MapOptions::new().len(0)), "len 0");
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(100)),
+        "offset not a multiple of 4096",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(2048).len(4096)),
+        "offset 2048",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64 + 4096)),
+        "offset past the end, no len",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64)),
+        "offset at the end, no len: nothing to map",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(u64::MAX - 4095).len(8192)),
+        "offset + len overflows u64",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().offset(1 << 63).len(4096)),
+        "offset + len past i64::MAX",
+    );
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().len(usize::MAX)),
+        "len that cannot be rounded to pages",
+    );
+    // A writable mapping must not extend the file when it fails.
+    assert_invalid(
+        rt.map_file(
+            &file,
+            MapOptions::new()
+                .offset(u64::MAX - 4095)
+                .len(8192)
+                .writable(true),
+        ),
+        "writable, overflowing",
+    );
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    assert_invalid(
+        rt.map_file(&File::open(empty.path()).unwrap(), MapOptions::new()),
+        "empty file, no len",
+    );
+    assert_eq!(
+        std::fs::metadata(tmp.path()).unwrap().len(),
+        FILE_LEN as u64
+    );
+    assert_eq!(rt.stats().regions, 0, "a failed map left a region");
+}
+
+#[test]
+fn map_rejects_bad_page_sizes() {
+    let (_tmp, file) = rw_file();
+    let rt = runtime();
+    for (ps, what) in [
+        (0, "page size 0"),
+        (1000, "page size 1000"),
+        (4096 + 512, "page size 4.5 KiB"),
+        (2 << 30, "page size 2 GiB"),
+        (512 << 10, "page size half the cache"),
+        (
+            (256 << 10) + 4096,
+            "page size just over a quarter of the cache",
+        ),
+    ] {
+        assert_invalid(rt.map_file(&file, MapOptions::new().page_size(ps)), what);
+    }
+    // A quarter of the cache is the largest allowed.
+    let m = rt
+        .map_file(&file, MapOptions::new().page_size(256 << 10))
+        .unwrap();
+    assert_eq!(m.as_slice(), &vec![5u8; FILE_LEN][..]);
+    m.unmap().unwrap();
+    assert_eq!(rt.stats().regions, 0);
+}
+
+#[test]
+fn writable_mapping_of_a_read_only_store() {
+    let (tmp, _) = rw_file();
+    let rt = runtime();
+    let ro_file = File::open(tmp.path()).unwrap();
+    // Even past EOF: the refusal comes before any change to the file.
+    let e = rt
+        .map_file(&ro_file, MapOptions::new().len(1 << 20).writable(true))
+        .unwrap_err();
+    assert!(matches!(e, Error::ReadOnlyStore), "{e:?}");
+    assert_eq!(e.errno(), libc::EACCES);
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+    assert_eq!(
+        std::fs::metadata(tmp.path()).unwrap().len(),
+        FILE_LEN as u64
+    );
+
+    let store = Arc::new(MemoryStore::read_only(vec![0; 8192]));
+    let e = rt
+        .map(MapOptions::new().store(store.clone()).writable(true))
+        .unwrap_err();
+    assert!(matches!(e, Error::ReadOnlyStore), "{e:?}");
+    assert_eq!(e.errno(), libc::EACCES);
+    // Read-only is fine.
+    let m = rt.map(MapOptions::new().store(store)).unwrap();
+    assert_eq!(m.as_slice(), &[0u8; 8192][..]);
+    assert!(!m.is_writable());
+}
+
+#[test]
+fn files_that_cannot_be_stores() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let e = rt
+        .map_file(
+            &File::open(dir.path()).unwrap(),
+            MapOptions::new().len(4096),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Os { errno, .. } if errno == libc::ENODEV),
+        "a directory: {e:?}"
+    );
+    assert_eq!(e.errno(), libc::ENODEV);
+
+    let (tmp, _) = rw_file();
+    let wo = OpenOptions::new().write(true).open(tmp.path()).unwrap();
+    let e = rt.map_file(&wo, MapOptions::new()).unwrap_err();
+    assert!(
+        matches!(e, Error::Os { errno, .. } if errno == libc::EACCES),
+        "a write-only descriptor: {e:?}"
+    );
+    assert_eq!(e.errno(), libc::EACCES);
+}
+
+#[test]
+fn store_option_and_map_file_do_not_mix() {
+    let (_tmp, file) = rw_file();
+    let rt = runtime();
+    let store = Arc::new(MemoryStore::new(vec![0; 8192]));
+    assert_invalid(
+        rt.map_file(&file, MapOptions::new().store(store)),
+        "map_file with a store option",
+    );
+    assert_invalid(rt.map(MapOptions::new().len(4096)), "map without a store");
+    assert_eq!(rt.stats().regions, 0);
+}
+
+#[test]
+fn map_after_shutdown() {
+    let (tmp, file) = rw_file();
+    let rt = runtime();
+    let mut before = rt
+        .map_file(&file, MapOptions::new().writable(true))
+        .unwrap();
+    rt.shutdown();
+    let e = rt.map_file(&file, MapOptions::new()).unwrap_err();
+    assert!(matches!(e, Error::ShutDown), "{e:?}");
+    assert_eq!(e.errno(), libc::ESHUTDOWN);
+    let store = Arc::new(MemoryStore::new(vec![0; 8192]));
+    let e = rt.map(MapOptions::new().store(store)).unwrap_err();
+    assert!(matches!(e, Error::ShutDown), "{e:?}");
+    // A clone is the same runtime: shut down too.
+    assert!(matches!(
+        rt.clone().map_file(&file, MapOptions::new()),
+        Err(Error::ShutDown)
+    ));
+    // The mapping made before keeps working, and unmaps cleanly.
+    assert_eq!(before.as_slice()[FILE_LEN - 1], 5);
+    before.as_mut_slice()[0] = 9;
+    before.flush().unwrap();
+    before.unmap().unwrap();
+    assert_eq!(std::fs::read(tmp.path()).unwrap()[0], 9);
+}
+
+#[test]
+fn range_arguments_of_a_mapping() {
+    let (_tmp, file) = rw_file();
+    let rt = runtime();
+    let len = 40_000; // two whole 16 KiB pages and a partial one
+    let m = rt.map_file(&file, MapOptions::new().len(len)).unwrap();
+    let ps = m.page_size();
+    assert_eq!(ps, 16 << 10);
+
+    // DontNeed discards whole pages only.
+    assert_invalid(
+        m.advise(100..ps, Advice::DontNeed),
+        "DontNeed, start unaligned",
+    );
+    assert_invalid(
+        m.advise(0..ps + 1, Advice::DontNeed),
+        "DontNeed, end unaligned",
+    );
+    assert_invalid(
+        m.advise(ps..len - 1, Advice::DontNeed),
+        "DontNeed, end before len",
+    );
+    m.advise(0..ps, Advice::DontNeed).unwrap();
+    m.advise(ps..len, Advice::DontNeed).unwrap();
+    m.advise(ps..ps, Advice::DontNeed).unwrap();
+
+    // Ranges must lie inside the mapping.
+    assert_invalid(m.prefetch(0..len + 1), "prefetch past the end");
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 10..5;
+    assert_invalid(m.prefetch(backwards.clone()), "prefetch, start > end");
+    assert_invalid(
+        m.advise(0..len + 1, Advice::Sequential),
+        "advise past the end",
+    );
+    assert_invalid(
+        m.advise(backwards.clone(), Advice::Random),
+        "advise, start > end",
+    );
+    assert_invalid(
+        m.advise(len..len + ps, Advice::WillNeed),
+        "WillNeed past the end",
+    );
+    assert_invalid(m.flush_range(0..len + 1), "flush_range past the end");
+    assert_invalid(m.flush_range(backwards), "flush_range, start > end");
+    m.prefetch(0..len).unwrap();
+    m.prefetch(len..len).unwrap();
+    m.flush_range(0..len).unwrap();
+    assert!(!m.is_resident(len), "past the end is never resident");
+    assert!(!m.is_resident(usize::MAX));
+}
+
+#[test]
+fn mutable_slice_of_a_read_only_mapping() {
+    let (_tmp, file) = rw_file();
+    let rt = runtime();
+    let mut m = rt.map_file(&file, MapOptions::new()).unwrap();
+    assert!(!m.is_writable());
+    assert_invalid(m.try_as_mut_slice().map(|s| s.len()), "try_as_mut_slice");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.as_mut_slice()[0] = 1;
+    }));
+    assert!(r.is_err(), "as_mut_slice on a read-only mapping must panic");
+    assert_eq!(m.as_slice()[0], 5);
+    let mut w = rt
+        .map_file(&file, MapOptions::new().writable(true))
+        .unwrap();
+    assert_eq!(w.try_as_mut_slice().unwrap().len(), FILE_LEN);
+}
