@@ -342,7 +342,13 @@ impl Shared {
         may_reclaim: bool,
     ) -> usize {
         let ps = region.page_size;
-        let max_run = (MAX_FILL_RUN / ps).max(1);
+        // A run's cache space is reserved whole: keep runs to a quarter of
+        // the cache (at least one page: regions' pages are at most that), or
+        // a run larger than the cache could never be reserved and a
+        // prefetch larger than the cache would fill nothing.
+        let max_bytes =
+            MAX_FILL_RUN.min(usize::try_from(self.budget.limit() / 4).unwrap_or(usize::MAX));
+        let max_run = (max_bytes / ps).max(1);
         let mut filled = 0;
         let mut i = pages.start;
         while i < pages.end {
