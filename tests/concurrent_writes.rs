@@ -192,6 +192,48 @@ fn stripes_crossing_page_boundaries() {
 }
 
 #[test]
+fn page_size_not_a_power_of_two() {
+    run(1000, 12 << 10, 3000);
+}
+
+#[test]
+fn writers_evictions_and_a_flushing_thread_together() {
+    // Writers under eviction pressure while another thread flushes in a
+    // loop: every write must survive, whoever writes its page back.
+    let data = random_bytes(DATA_LEN, 99);
+    let (tmp, file) = rw_file_with(&data);
+    let rt = Runtime::builder()
+        .cache_bytes((DATA_LEN / 8) as u64)
+        .page_size(16 << 10)
+        .fillers(2)
+        .build()
+        .unwrap();
+    let map = rt
+        .map_file(&file, MapOptions::new().writable(true))
+        .unwrap();
+    let done = AtomicBool::new(false);
+    let model = std::thread::scope(|sc| {
+        let flusher = sc.spawn(|| {
+            let mut n = 0u32;
+            while !done.load(Ordering::Acquire) {
+                map.flush().unwrap();
+                n += 1;
+            }
+            n
+        });
+        let model = write_round(&map, &data, 7, 3000, 3);
+        done.store(true, Ordering::Release);
+        assert!(flusher.join().unwrap() > 0);
+        model
+    });
+    assert_same(map.as_slice(), &model, "mapping");
+    map.flush().unwrap();
+    assert_file(tmp.path(), &model, "file after the last flush");
+    map.unmap().unwrap();
+    assert_file(tmp.path(), &model, "file after unmap");
+}
+
+#[test]
 fn writes_racing_with_flushes_are_not_lost() {
     // One thread keeps rewriting counters spread over a few pages while
     // another flushes in a loop: a write landing while its page is being

@@ -238,3 +238,10 @@ fn two_regions_of_one_file_share_the_cache() {
     assert!(rt.stats().resident_bytes <= rt.cache_bytes());
     assert_eq!(rt.stats().regions, 2);
 }
+
+#[test]
+fn page_size_not_a_power_of_two() {
+    // 12 KiB pages: a multiple of 4 KiB, so allowed, but regions are then
+    // only 4 KiB aligned and 8 MiB is not a whole number of pages.
+    run(12 << 10, PolicyKind::Clock, 1, 9);
+}

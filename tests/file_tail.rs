@@ -246,3 +246,31 @@ fn write_back_stops_at_the_mapped_length() {
     assert_eq!(on_disk[len - 1], 0);
     assert_eq!(&on_disk[..len - 1], &data[..len - 1]);
 }
+
+#[test]
+fn tail_with_a_page_size_not_a_power_of_two() {
+    // 12 KiB pages: EOF (13,522) falls in the second page.
+    read_only_past_eof(12 << 10, 0);
+    let data = nonzero_bytes(FILE_LEN, 7);
+    let (tmp, file) = rw_file_with(&data);
+    let rt = runtime();
+    let len = 30_000;
+    let mut map = rt
+        .map_file(
+            &file,
+            MapOptions::new()
+                .len(len)
+                .page_size(12 << 10)
+                .writable(true),
+        )
+        .unwrap();
+    assert_eq!(file_len(&tmp), len as u64);
+    assert_eq!(&map.as_slice()[..FILE_LEN], &data[..]);
+    assert!(map.as_slice()[FILE_LEN..].iter().all(|&b| b == 0));
+    map.as_mut_slice()[len - 1] = 9;
+    map.unmap().unwrap();
+    let on_disk = std::fs::read(tmp.path()).unwrap();
+    assert_eq!(on_disk.len(), len);
+    assert_eq!(on_disk[len - 1], 9);
+    assert_eq!(&on_disk[..FILE_LEN], &data[..]);
+}
