@@ -179,7 +179,13 @@ impl Shared {
     fn fill_fault(&self, w: &mut Worker, region: &Region, page: usize, write: bool) {
         let ps = region.page_size;
         let addr = region.page_addr(page);
-        if !self.reserve(w, ps as u64, true) {
+        if !self.reserve(w, ps as u64, true, region) {
+            if region.is_closing() {
+                // Being unmapped: unregistering will release the thread.
+                let _ = region.pages.unlock(page, PageState::Empty);
+                self.uffd.wake(addr, ps);
+                return;
+            }
             log::error!("umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}");
             self.fail_fill(region, page..page + 1);
             return;
@@ -306,7 +312,16 @@ impl Shared {
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
     /// the cache is full (no hand-off to the evictor on the fault path)
     /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
-    pub(crate) fn reserve(&self, w: &mut Worker, bytes: u64, may_reclaim: bool) -> bool {
+    ///
+    /// Gives up at once when `region` starts being unmapped, so that unmap
+    /// never waits for a fill that waits for space.
+    pub(crate) fn reserve(
+        &self,
+        w: &mut Worker,
+        bytes: u64,
+        may_reclaim: bool,
+        region: &Region,
+    ) -> bool {
         let mut deadline = None;
         loop {
             if w.credit.take(&self.budget, bytes, self.cfg.credit_batch) {
@@ -315,7 +330,7 @@ impl Shared {
                 }
                 return true;
             }
-            if !may_reclaim || self.is_shutting_down() {
+            if !may_reclaim || self.is_shutting_down() || region.is_closing() {
                 return false;
             }
             self.evict_signal.kick();
@@ -364,7 +379,7 @@ impl Shared {
             }
             let run = start..i;
             let bytes = run.len() * ps;
-            if !self.reserve(w, bytes as u64, may_reclaim) {
+            if !self.reserve(w, bytes as u64, may_reclaim, region) {
                 self.release_run(region, run, PageState::Empty);
                 break;
             }

@@ -130,6 +130,12 @@ impl Region {
         Some(RegionGuard { region: self })
     }
 
+    /// Whether unmapping has begun.
+    #[inline]
+    pub fn is_closing(&self) -> bool {
+        self.users.load(Ordering::Relaxed) & CLOSING != 0
+    }
+
     /// Refuses new work and waits until the work under way is done.
     pub fn close(&self) {
         self.users.fetch_or(CLOSING, Ordering::AcqRel);

@@ -13,7 +13,10 @@ macro_rules! counters {
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct Stats {
             $($(#[doc = $doc])* pub $name: u64,)*
-            /// Bytes of cache in use now (resident pages and pages being filled).
+            /// Bytes of cache reserved now: resident pages, pages being
+            /// filled, and the small reserve (at most 1/256 of the cache,
+            /// up to 1 MiB) each filler keeps so that most misses touch no
+            /// shared counter.
             pub resident_bytes: u64,
             /// Regions mapped now.
             pub regions: u64,
