@@ -18,7 +18,7 @@
 
 pub use umio_core::*;
 
-/// Storage backends: the [`Store`](backends::Store) trait and its implementations.
+/// Storage backends: the [`Store`] trait and its implementations.
 pub use umio_backends as backends;
 /// Page states, frame budget and eviction policies.
 pub use umio_cache as cache;

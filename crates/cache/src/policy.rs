@@ -1,11 +1,12 @@
 //! Eviction policies.
 //!
 //! umio sees no hardware accessed bits: a read of a resident page never
-//! reaches it. The signals it has are faults: a miss, a first write to a
-//! clean page (write-protect fault), and explicit prefetch or advice. Core
-//! records those in the page's referenced bit ([`PageTable::mark_referenced`]
-//! (crate::PageTable::mark_referenced)); [`Clock`] gives a page with that bit
-//! set a second chance.
+//! reaches it. The signals it has are faults. Core sets a page's referenced
+//! bit ([`PageTable::mark_referenced`](crate::PageTable::mark_referenced))
+//! on a first write to a clean page (a write-protect fault) and on a fault
+//! that finds the page busy (another thread wanted it meanwhile); a miss
+//! itself is not counted, or every page would get a second chance.
+//! [`Clock`] gives a page with the bit set a second chance.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -50,8 +51,9 @@ pub trait PageOracle {
 ///
 /// Called from fillers (on every fill) and evictors; implementations take at
 /// most a short per-shard lock. A policy may track a page more than once or
-/// keep entries for pages no longer resident: [`select_victims`]
-/// (EvictionPolicy::select_victims) skips such entries by probing.
+/// keep entries for pages no longer resident:
+/// [`select_victims`](EvictionPolicy::select_victims) skips such entries by
+/// probing.
 pub trait EvictionPolicy: Send + Sync + 'static {
     /// A short name for logs and stats.
     fn name(&self) -> &'static str;
@@ -71,9 +73,9 @@ pub trait EvictionPolicy: Send + Sync + 'static {
     fn tracked(&self) -> usize;
 
     /// Drops stale entries: pages no longer resident, regions gone, and
-    /// duplicates. Core calls it from the evictor when [`tracked`]
-    /// (EvictionPolicy::tracked) exceeds twice the resident pages, which
-    /// bounds the policy's memory when pages are dropped and filled again
+    /// duplicates. Core calls it from the evictor when
+    /// [`tracked`](EvictionPolicy::tracked) exceeds twice the resident
+    /// pages, which bounds the policy's memory when pages are dropped and filled again
     /// without eviction (a heap freeing and reusing memory). The default
     /// does nothing.
     fn purge(&self, oracle: &dyn PageOracle) {

@@ -139,6 +139,7 @@ impl Shared {
                     // Another thread owns the page and wakes its waiters
                     // when done: the miss coalesces with its fill.
                     if region.pages.add_waiter(page) {
+                        region.pages.mark_referenced(page);
                         self.stats.coalesced.fetch_add(1, Relaxed);
                         return;
                     }
