@@ -18,4 +18,6 @@ mod policy;
 
 pub use budget::{FrameBudget, FrameCredit};
 pub use page_table::{Observed, PageState, PageTable};
-pub use policy::{Clock, EvictionPolicy, Fifo, PageKey, PageOracle, PageProbe, PolicyKind};
+pub use policy::{
+    Clock, EvictionPolicy, Fifo, PageKey, PageOracle, PageProbe, PolicyKind, QueuePolicy,
+};

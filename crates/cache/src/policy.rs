@@ -196,94 +196,71 @@ fn judge(probe: Option<PageProbe>, second_chance: bool) -> Verdict {
     }
 }
 
-/// First in, first out.
-pub struct Fifo {
+/// A queue-ordered policy: pages in fill order, sharded; without second
+/// chance it is FIFO ([`Fifo`]), with it CLOCK ([`Clock`]).
+pub struct QueuePolicy<const SECOND_CHANCE: bool> {
     queues: ShardedQueues,
 }
 
-impl Fifo {
-    /// An empty FIFO.
-    pub fn new() -> Self {
-        Fifo {
-            queues: ShardedQueues::new(),
-        }
-    }
-}
-
-impl Default for Fifo {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl EvictionPolicy for Fifo {
-    fn name(&self) -> &'static str {
-        "fifo"
-    }
-    fn inserted(&self, key: PageKey) {
-        self.queues.push(key);
-    }
-    fn forget_region(&self, region: u64) {
-        self.queues.forget_region(region);
-    }
-    fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
-        self.queues.select(max, |q, want| {
-            let mut got = 0;
-            let mut kept = Vec::new();
-            // Look at no more entries than the queue holds, so busy pages
-            // moved to the back are not seen twice in one visit.
-            let mut budget = q.len();
-            while got < want && budget > 0 {
-                budget -= 1;
-                let Some(key) = q.pop_front() else { break };
-                match judge(oracle.probe(key, false), false) {
-                    Verdict::Victim => {
-                        out.push(key);
-                        got += 1;
-                    }
-                    Verdict::Keep => kept.push(key),
-                    Verdict::Drop => {}
-                }
-            }
-            // Busy pages keep their place at the front.
-            for key in kept.into_iter().rev() {
-                q.push_front(key);
-            }
-            got
-        });
-    }
-    fn tracked(&self) -> usize {
-        self.queues.len()
-    }
-    fn purge(&self, oracle: &dyn PageOracle) {
-        self.queues.purge(oracle);
-    }
-}
+/// First in, first out: the oldest fill is evicted first.
+pub type Fifo = QueuePolicy<false>;
 
 /// CLOCK (second chance): the hand passes over pages in fill order; a page
 /// referenced since the last pass has its bit cleared and is kept.
-pub struct Clock {
-    queues: ShardedQueues,
-}
+pub type Clock = QueuePolicy<true>;
 
-impl Clock {
-    /// An empty CLOCK.
+impl<const SECOND_CHANCE: bool> QueuePolicy<SECOND_CHANCE> {
+    /// An empty policy.
     pub fn new() -> Self {
-        Clock {
+        QueuePolicy {
             queues: ShardedQueues::new(),
         }
     }
+
+    /// One visit of a shard: takes up to `want` victims from the front.
+    ///
+    /// The sweep looks at no more entries than the queue holds. FIFO puts
+    /// busy pages back at the front, keeping their place; CLOCK puts kept
+    /// pages at the back, so a page whose bit this sweep clears is taken
+    /// only after the hand has passed over the other shards.
+    fn sweep(
+        q: &mut VecDeque<PageKey>,
+        want: usize,
+        oracle: &dyn PageOracle,
+        out: &mut Vec<PageKey>,
+    ) -> usize {
+        let mut got = 0;
+        let mut kept = Vec::new();
+        let mut budget = q.len();
+        while got < want && budget > 0 {
+            budget -= 1;
+            let Some(key) = q.pop_front() else { break };
+            match judge(oracle.probe(key, SECOND_CHANCE), SECOND_CHANCE) {
+                Verdict::Victim => {
+                    out.push(key);
+                    got += 1;
+                }
+                Verdict::Keep if SECOND_CHANCE => q.push_back(key),
+                Verdict::Keep => kept.push(key),
+                Verdict::Drop => {}
+            }
+        }
+        for key in kept.into_iter().rev() {
+            q.push_front(key);
+        }
+        got
+    }
 }
 
-impl Default for Clock {
+impl<const SECOND_CHANCE: bool> Default for QueuePolicy<SECOND_CHANCE> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl EvictionPolicy for Clock {
+impl<const SECOND_CHANCE: bool> EvictionPolicy for QueuePolicy<SECOND_CHANCE> {
     fn name(&self) -> &'static str {
-        "clock"
+        if SECOND_CHANCE { "clock" } else { "fifo" }
     }
     fn inserted(&self, key: PageKey) {
         self.queues.push(key);
@@ -292,25 +269,8 @@ impl EvictionPolicy for Clock {
         self.queues.forget_region(region);
     }
     fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
-        self.queues.select(max, |q, want| {
-            let mut got = 0;
-            // One sweep per visit: a page whose bit this sweep clears is
-            // taken only after the hand has passed over the other shards.
-            let mut budget = q.len();
-            while got < want && budget > 0 {
-                budget -= 1;
-                let Some(key) = q.pop_front() else { break };
-                match judge(oracle.probe(key, true), true) {
-                    Verdict::Victim => {
-                        out.push(key);
-                        got += 1;
-                    }
-                    Verdict::Keep => q.push_back(key),
-                    Verdict::Drop => {}
-                }
-            }
-            got
-        });
+        self.queues
+            .select(max, |q, want| Self::sweep(q, want, oracle, out));
     }
     fn tracked(&self) -> usize {
         self.queues.len()
