@@ -1,0 +1,97 @@
+//! The process-wide runtime: built once from the environment, shared by
+//! every caller, and a clear error for malformed settings.
+
+use std::io::Write;
+use std::process::Command;
+
+const CHILD_ENV: &str = "UMIO_TEST_GLOBAL_CHILD";
+
+#[test]
+fn global_runtime_is_shared_and_maps() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let a = umio::Runtime::global().expect("global runtime");
+    let b = umio::Runtime::global().expect("global runtime");
+    assert!(std::ptr::eq(a, b), "one runtime per process");
+    let mut tmp = tempfile::NamedTempFile::new().unwrap();
+    tmp.write_all(&[42u8; 100_000]).unwrap();
+    let map = a
+        .map_file(tmp.as_file(), umio::MapOptions::new())
+        .expect("map through the global runtime");
+    assert!(map.as_slice().iter().all(|&x| x == 42));
+    map.unmap().unwrap();
+}
+
+/// Runs in the child only: reports what `Runtime::global` gave.
+#[test]
+fn global_runtime_child_body() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    match umio::Runtime::global() {
+        Ok(rt) => println!(
+            "CHILD-RESULT ok cache={} page={}",
+            rt.cache_bytes(),
+            rt.page_size()
+        ),
+        Err(e) => println!("CHILD-RESULT errno={} {e}", e.errno()),
+    }
+    // A second call gives the same answer.
+    match umio::Runtime::global() {
+        Ok(_) => println!("CHILD-SECOND ok"),
+        Err(e) => println!("CHILD-SECOND errno={}", e.errno()),
+    }
+}
+
+fn run_child(vars: &[(&str, &str)]) -> (String, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "global_runtime_child_body",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("spawning the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let find = |tag: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.find(tag).map(|i| l[i + tag.len()..].trim().to_owned()))
+            .unwrap_or_else(|| panic!("child printed no {tag}: {stdout}"))
+    };
+    (find("CHILD-RESULT"), find("CHILD-SECOND"))
+}
+
+#[test]
+fn environment_configures_the_global_runtime() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let (first, second) = run_child(&[("UMIO_CACHE_BYTES", "96M"), ("UMIO_PAGE_SIZE", "16K")]);
+    assert_eq!(first, format!("ok cache={} page={}", 96 << 20, 16 << 10));
+    assert_eq!(second, "ok");
+}
+
+#[test]
+fn malformed_environment_is_an_error_every_time() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    for (var, value, needle) in [
+        ("UMIO_CACHE_BYTES", "lots", "UMIO_CACHE_BYTES"),
+        ("UMIO_PAGE_SIZE", "5000", "page size"),
+        ("UMIO_FILLERS", "-3", "UMIO_FILLERS"),
+        ("UMIO_EVICTION", "random", "UMIO_EVICTION"),
+        ("UMIO_EVICT_HIGH_WATER", "300", "UMIO_EVICT_HIGH_WATER"),
+    ] {
+        let (first, second) = run_child(&[(var, value)]);
+        assert!(first.starts_with("errno=22 "), "{var}={value}: {first}");
+        assert!(first.contains(needle), "{var}={value}: {first}");
+        assert_eq!(second, "errno=22", "{var}={value}: the error is kept");
+    }
+}
