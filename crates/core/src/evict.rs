@@ -115,14 +115,16 @@ impl Shared {
     /// Evicts the pages in `w.locked` (sorted, held busy): writes back the
     /// dirty ones, drops them all. Pages whose write-back fails stay dirty.
     fn evict_locked(&self, w: &mut Worker, region: &Region) -> u64 {
-        let dirty: Vec<usize> = w
-            .locked
-            .iter()
-            .filter(|(_, s)| *s == PageState::Dirty)
-            .map(|&(p, _)| p)
-            .collect();
+        w.pages.clear();
+        w.pages.extend(
+            w.locked
+                .iter()
+                .filter(|(_, s)| *s == PageState::Dirty)
+                .map(|&(p, _)| p),
+        );
+        // Allocates only when a write-back fails.
         let mut failed: Vec<usize> = Vec::new();
-        for run in runs(&dirty) {
+        for run in runs(&w.pages) {
             match self.write_run(region, run.clone()) {
                 Ok(()) => {
                     self.stats
@@ -149,9 +151,10 @@ impl Shared {
             }
             w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
         }
-        let pages: Vec<usize> = w.locked.iter().map(|&(p, _)| p).collect();
+        w.pages.clear();
+        w.pages.extend(w.locked.iter().map(|&(p, _)| p));
         let mut freed = 0u64;
-        for run in runs(&pages) {
+        for run in runs(&w.pages) {
             let (addr, len) = (region.page_addr(run.start), run.len() * region.page_size);
             if let Err(e) = mm::advise(addr, len, libc::MADV_DONTNEED) {
                 log::error!("umio: MADV_DONTNEED failed: errno {e}");

@@ -28,6 +28,9 @@ pub(crate) struct Worker {
     pub credit: FrameCredit,
     pub victims: Vec<PageKey>,
     pub locked: Vec<(usize, PageState)>,
+    /// Page indices of one region, reused so that eviction on the fault
+    /// path does not allocate in steady state.
+    pub pages: Vec<usize>,
 }
 
 impl Worker {
@@ -37,6 +40,7 @@ impl Worker {
             credit: FrameCredit::default(),
             victims: Vec::new(),
             locked: Vec::new(),
+            pages: Vec::new(),
         }
     }
 }
