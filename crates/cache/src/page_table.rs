@@ -4,6 +4,7 @@ const KIND_MASK: u8 = 0b0011;
 const BUSY: u8 = 0b0100;
 const REFERENCED: u8 = 0b1000;
 const WAITERS: u8 = 0b1_0000;
+const PINNED: u8 = 0b10_0000;
 
 /// The stable states of a page of a region.
 ///
@@ -146,7 +147,7 @@ impl PageTable {
         let mut v = cell.load(Ordering::Relaxed);
         loop {
             debug_assert!(v & BUSY != 0, "unlock of a page that is not busy");
-            let new = (v & REFERENCED) | to as u8;
+            let new = (v & (REFERENCED | PINNED)) | to as u8;
             match cell.compare_exchange_weak(v, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return v & WAITERS != 0,
                 Err(now) => v = now,
@@ -191,6 +192,42 @@ impl PageTable {
     #[inline]
     pub fn take_referenced(&self, page: usize) -> bool {
         self.states[page].fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
+    }
+
+    /// Pins the page: eviction leaves it alone. Returns whether it was not
+    /// pinned before.
+    #[inline]
+    pub fn pin(&self, page: usize) -> bool {
+        self.states[page].fetch_or(PINNED, Ordering::AcqRel) & PINNED == 0
+    }
+
+    /// Unpins the page. Returns whether it was pinned.
+    #[inline]
+    pub fn unpin(&self, page: usize) -> bool {
+        self.states[page].fetch_and(!PINNED, Ordering::AcqRel) & PINNED != 0
+    }
+
+    /// Whether the page is pinned.
+    #[inline]
+    pub fn is_pinned(&self, page: usize) -> bool {
+        self.states[page].load(Ordering::Acquire) & PINNED != 0
+    }
+
+    /// Takes a page this thread holds busy out of service for good: it
+    /// becomes `Empty`, unpinned and busy forever, so that no thread fills,
+    /// evicts or waits on it again (its memory was unmapped).
+    #[inline]
+    pub fn retire(&self, page: usize) {
+        debug_assert!(self.states[page].load(Ordering::Relaxed) & BUSY != 0);
+        self.states[page].store(BUSY | PageState::Empty as u8, Ordering::Release);
+    }
+
+    /// Counts the pinned pages.
+    pub fn count_pinned(&self) -> usize {
+        self.states
+            .iter()
+            .filter(|c| c.load(Ordering::Relaxed) & PINNED != 0)
+            .count()
     }
 
     /// Counts the pages whose state, busy or not, is `state`.
@@ -238,6 +275,26 @@ mod tests {
         assert!(!t.unlock(0, PageState::Dirty), "waiters are reported once");
         assert!(t.take_referenced(0));
         assert!(!t.take_referenced(0));
+    }
+
+    #[test]
+    fn pin_survives_transitions_and_retire_ends_service() {
+        let t = PageTable::new(2);
+        assert!(t.pin(0));
+        assert!(!t.pin(0), "already pinned");
+        assert!(t.try_lock(0, PageState::Empty));
+        assert!(!t.unlock(0, PageState::Clean));
+        assert!(t.is_pinned(0));
+        assert_eq!(t.count_pinned(), 1);
+        assert!(t.unpin(0));
+        assert!(!t.is_pinned(0));
+        assert!(t.try_lock(1, PageState::Empty));
+        t.retire(1);
+        assert_eq!(t.get(1), Observed::Busy(PageState::Empty));
+        assert!(
+            !t.try_lock(1, PageState::Empty),
+            "a retired page is never locked again"
+        );
     }
 
     #[test]

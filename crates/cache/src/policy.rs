@@ -38,6 +38,9 @@ pub struct PageProbe {
     pub state: Observed,
     /// Whether the page was referenced since the last probe that cleared it.
     pub referenced: bool,
+    /// Whether the page is pinned: never a victim. A policy may drop its
+    /// entry; core inserts the page again when it is unpinned.
+    pub pinned: bool,
 }
 
 /// Core's view of the pages, given to a policy while it picks victims.
@@ -145,8 +148,11 @@ impl ShardedQueues {
             self.lock(i).retain(|&k| {
                 let live = matches!(
                     oracle.probe(k, false),
-                    Some(PageProbe { state: Observed::Stable(s) | Observed::Busy(s), .. })
-                        if s != PageState::Empty
+                    Some(PageProbe {
+                        state: Observed::Stable(s) | Observed::Busy(s),
+                        pinned: false,
+                        ..
+                    }) if s != PageState::Empty
                 );
                 live && seen.insert(k)
             });
@@ -186,6 +192,7 @@ enum Verdict {
 fn judge(probe: Option<PageProbe>, second_chance: bool) -> Verdict {
     match probe {
         None => Verdict::Drop,
+        Some(p) if p.pinned => Verdict::Drop,
         Some(p) => match p.state {
             Observed::Stable(PageState::Empty) => Verdict::Drop,
             Observed::Busy(PageState::Empty) => Verdict::Drop,
@@ -301,6 +308,7 @@ mod tests {
             Some(PageProbe {
                 state: self.0.get(i),
                 referenced,
+                pinned: self.0.is_pinned(i),
             })
         }
     }
@@ -405,6 +413,27 @@ mod tests {
         assert_eq!(
             out,
             (0..10).filter(|&i| i != 3).map(key).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn pinned_pages_are_never_victims() {
+        let o = resident(16);
+        let p = Clock::new();
+        for i in 0..16 {
+            p.inserted(key(i));
+        }
+        for i in 0..8 {
+            o.0.pin(i);
+        }
+        let mut out = Vec::new();
+        p.select_victims(&o, 100, &mut out);
+        out.sort();
+        assert_eq!(out, (8..16).map(key).collect::<Vec<_>>());
+        assert_eq!(
+            p.tracked(),
+            0,
+            "pinned entries are dropped; unpin re-inserts"
         );
     }
 

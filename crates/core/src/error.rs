@@ -45,6 +45,18 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
 
+    /// A fixed address overlaps a region umio already maps.
+    #[error("the address range overlaps an existing umio mapping")]
+    Overlap,
+
+    /// The range is not (or no longer) mapped.
+    #[error("the range is not mapped")]
+    NotMapped,
+
+    /// Pinning would hold more than half of the cache.
+    #[error("pinning these pages would hold more than half of the cache")]
+    PinLimit,
+
     /// The runtime was shut down; it maps nothing more.
     #[error("the runtime is shut down")]
     ShutDown,
@@ -61,6 +73,9 @@ impl Error {
             Error::Os { errno, .. } => *errno,
             Error::Store(e) => e.errno,
             Error::ShutDown => libc::ESHUTDOWN,
+            Error::Overlap => libc::EEXIST,
+            Error::NotMapped => libc::EINVAL,
+            Error::PinLimit => libc::ENOMEM,
         }
     }
 

@@ -32,6 +32,7 @@ impl PageOracle for Oracle<'_> {
         Some(PageProbe {
             state: r.pages.get(i),
             referenced,
+            pinned: r.pages.is_pinned(i),
         })
     }
 }
@@ -99,10 +100,18 @@ impl Shared {
             w.locked.clear();
             for key in group {
                 let p = key.index as usize;
-                if region.pages.try_lock(p, PageState::Clean) {
-                    w.locked.push((p, PageState::Clean));
-                } else if region.pages.try_lock(p, PageState::Dirty) {
-                    w.locked.push((p, PageState::Dirty));
+                for s in [PageState::Clean, PageState::Dirty] {
+                    if region.pages.try_lock(p, s) {
+                        // Pinned after the policy picked it: leave it be.
+                        if region.pages.is_pinned(p) {
+                            if region.pages.unlock(p, s) {
+                                self.uffd.wake(region.page_addr(p), region.page_size);
+                            }
+                        } else {
+                            w.locked.push((p, s));
+                        }
+                        break;
+                    }
                 }
             }
             freed += self.evict_locked(w, region);
@@ -181,6 +190,7 @@ impl Shared {
             self.stats
                 .evicted_pages
                 .fetch_add(run.len() as u64, Relaxed);
+            region.stats.evictions.fetch_add(run.len() as u64, Relaxed);
         }
         self.budget.release(freed);
         freed

@@ -135,6 +135,7 @@ impl Shared {
         let Some(_guard) = region.enter() else {
             return;
         };
+        region.stats.faults.fetch_add(1, Relaxed);
         let page = region.page_of(addr);
         let write = flags & (PAGEFAULT_FLAG_WRITE | PAGEFAULT_FLAG_WP) != 0;
         loop {
@@ -145,6 +146,7 @@ impl Shared {
                     if region.pages.add_waiter(page) {
                         region.pages.mark_referenced(page);
                         self.stats.coalesced.fetch_add(1, Relaxed);
+                        region.stats.hits.fetch_add(1, Relaxed);
                         return;
                     }
                 }
@@ -157,6 +159,7 @@ impl Shared {
                 Observed::Stable(s @ (PageState::Clean | PageState::Dirty)) => {
                     if !(write && region.writable) {
                         self.stats.stale.fetch_add(1, Relaxed);
+                        region.stats.hits.fetch_add(1, Relaxed);
                         self.uffd.wake(region.page_addr(page), region.page_size);
                         return;
                     }
@@ -186,6 +189,7 @@ impl Shared {
         if was == PageState::Clean && to == PageState::Dirty {
             region.dirty.fetch_add(1, Relaxed);
             self.stats.wp_faults.fetch_add(1, Relaxed);
+            region.stats.hits.fetch_add(1, Relaxed);
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);
@@ -224,6 +228,8 @@ impl Shared {
         {
             Ok(n) => {
                 self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.fills.fetch_add(1, Relaxed);
                 buf[n..].fill(0);
             }
             Err(e) => {
@@ -416,6 +422,7 @@ impl Shared {
             {
                 Ok(n) => {
                     self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                    region.stats.bytes_read.fetch_add(n as u64, Relaxed);
                     buf[n..].fill(0);
                 }
                 Err(e) => {
@@ -452,6 +459,8 @@ impl Shared {
         self.stats
             .prefetched_pages
             .fetch_add(filled as u64, Relaxed);
+        region.stats.fills.fetch_add(filled as u64, Relaxed);
+        region.stats.prefetched.fetch_add(filled as u64, Relaxed);
         filled
     }
 

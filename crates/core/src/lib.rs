@@ -9,6 +9,7 @@ mod evict;
 mod fault;
 mod mapping;
 mod prefetch;
+mod ranges;
 mod region;
 mod runtime;
 mod stats;
@@ -21,4 +22,4 @@ pub use prefetch::{Advice, Miss, PrefetchKind, Prefetcher, ReadAhead};
 pub use runtime::{
     Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, kernel_features,
 };
-pub use stats::Stats;
+pub use stats::{RegionStats, Stats};

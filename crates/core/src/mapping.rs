@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use umio_backends::Store;
 use umio_cache::{Observed, PageState};
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::prefetch::{Advice, PrefetchKind, Prefetcher};
 use crate::region::Region;
 use crate::runtime::{PrefetchJob, Runtime};
+use crate::stats::RegionStats;
 
 /// How to map a store; see [`Runtime::map_file`] and [`Runtime::map`].
 #[derive(Clone, Default)]
@@ -21,6 +23,7 @@ pub struct MapOptions {
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) prefetch: Option<PrefetchKind>,
     pub(crate) prefetcher: Option<Arc<dyn Prefetcher>>,
+    pub(crate) fixed_address: Option<usize>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -33,6 +36,7 @@ impl std::fmt::Debug for MapOptions {
             .field("store", &self.store.as_ref().map(|s| s.name().to_owned()))
             .field("prefetch", &self.prefetch)
             .field("custom_prefetcher", &self.prefetcher.is_some())
+            .field("fixed_address", &self.fixed_address)
             .finish()
     }
 }
@@ -85,6 +89,22 @@ impl MapOptions {
         self
     }
 
+    /// Maps the region exactly at `addr` (a multiple of 4096), replacing
+    /// whatever the process has mapped there, as `MAP_FIXED` does. Overlap
+    /// with another umio region is refused ([`Error::Overlap`]).
+    ///
+    /// Whatever memory was mapped in the range is discarded, so the caller
+    /// must own it and hold no references into it; this is why the method
+    /// is `unsafe`.
+    ///
+    /// # Safety
+    /// Nothing in the process may use memory of `[addr, addr + len)` as
+    /// anything else once the mapping is made.
+    pub unsafe fn fixed_address(mut self, addr: usize) -> Self {
+        self.fixed_address = Some(addr);
+        self
+    }
+
     /// A prefetch policy of the application's own for this region.
     pub fn prefetcher(mut self, prefetcher: Arc<dyn Prefetcher>) -> Self {
         self.prefetcher = Some(prefetcher);
@@ -116,7 +136,9 @@ impl MapOptions {
 pub struct Mapping {
     rt: Runtime,
     region: Arc<Region>,
-    live: bool,
+    /// False once the whole region is unmapped (by `unmap`, or by
+    /// `unmap_range` calls that covered it all).
+    live: AtomicBool,
 }
 
 // SAFETY: the region's memory is shared by design (like a `Vec<u8>` behind
@@ -141,7 +163,7 @@ impl Mapping {
         Mapping {
             rt,
             region,
-            live: true,
+            live: AtomicBool::new(true),
         }
     }
 
@@ -176,7 +198,13 @@ impl Mapping {
     }
 
     /// The mapped bytes.
+    ///
+    /// # Panics
+    /// If part of the mapping was unmapped with
+    /// [`unmap_range`](Mapping::unmap_range): the slice would cover
+    /// unmapped memory.
     pub fn as_slice(&self) -> &[u8] {
+        self.assert_whole();
         // SAFETY: [base, base+len) is mapped readable for the life of
         // self; umio fills pages atomically (UFFDIO_COPY) before a reader
         // proceeds, and `&self` excludes `&mut` access through this handle.
@@ -186,16 +214,21 @@ impl Mapping {
     /// The mapped bytes, writable.
     ///
     /// # Panics
-    /// If the mapping is read-only; see [`try_as_mut_slice`](Mapping::try_as_mut_slice).
+    /// If the mapping is read-only or partly unmapped; see
+    /// [`try_as_mut_slice`](Mapping::try_as_mut_slice).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         match self.try_as_mut_slice() {
             Ok(s) => s,
-            Err(_) => panic!("as_mut_slice on a read-only umio mapping"),
+            Err(e) => panic!("as_mut_slice on a umio mapping: {e}"),
         }
     }
 
-    /// The mapped bytes, writable; an error if the mapping is read-only.
+    /// The mapped bytes, writable; an error if the mapping is read-only
+    /// ([`Error::InvalidArgument`]) or partly unmapped ([`Error::NotMapped`]).
     pub fn try_as_mut_slice(&mut self) -> Result<&mut [u8]> {
+        if self.mapped_bytes() != self.region.len {
+            return Err(Error::NotMapped);
+        }
         if !self.region.writable {
             return Err(Error::InvalidArgument("the mapping is read-only"));
         }
@@ -206,7 +239,13 @@ impl Mapping {
     /// Writes dirty pages back and makes them durable (`fdatasync`). A
     /// failed write leaves its pages dirty and is returned with its offset.
     pub fn flush(&self) -> Result<()> {
-        self.flush_range(0..self.region.len)
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
+        // Pages taken out by `unmap_range` are skipped.
+        self.rt
+            .shared()
+            .writeback(&self.region, 0..self.region.pages.len())
     }
 
     /// Writes back the dirty pages overlapping `range` (bytes) and syncs.
@@ -217,9 +256,88 @@ impl Mapping {
 
     /// Writes back, unmaps, and returns the write-back's error if any. The
     /// region is unmapped either way.
-    pub fn unmap(mut self) -> Result<()> {
-        self.live = false;
+    pub fn unmap(self) -> Result<()> {
+        if !self.live.swap(false, Ordering::AcqRel) {
+            return Err(Error::NotMapped);
+        }
         self.rt.shared().unmap(&self.region)
+    }
+
+    /// Writes back and unmaps part of the mapping, as `munmap` of a part
+    /// of a mapping does; the rest stays mapped. `range` (bytes from the
+    /// start of the mapping) must start on a page boundary and end on one
+    /// or at the end of the mapping. A range that is already unmapped, in
+    /// whole or in part, is [`Error::NotMapped`]. Unmapping the last mapped
+    /// pages unmaps the whole region; dropping the `Mapping` then does
+    /// nothing more.
+    pub fn unmap_range(&self, range: Range<usize>) -> Result<()> {
+        let ps = self.region.page_size;
+        if range.start >= range.end
+            || !range.start.is_multiple_of(ps)
+            || (!range.end.is_multiple_of(ps) && range.end != self.region.len)
+        {
+            return Err(Error::InvalidArgument(
+                "unmap range must be non-empty and start and end on page boundaries",
+            ));
+        }
+        let pages = self.pages_covering(&range)?;
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
+        let mapped: usize = self.region.mapped_ranges().iter().map(|r| r.len()).sum();
+        if mapped == pages.len() && !self.region.intersects_hole(&pages) {
+            // Everything that is left: unmap the region itself.
+            if !self.live.swap(false, Ordering::AcqRel) {
+                return Err(Error::NotMapped);
+            }
+            return self.rt.shared().unmap(&self.region);
+        }
+        self.rt.shared().unmap_range(&self.region, pages)
+    }
+
+    /// Bytes still mapped: [`len`](Mapping::len) less what
+    /// [`unmap_range`](Mapping::unmap_range) took out; 0 once unmapped.
+    pub fn mapped_bytes(&self) -> usize {
+        if !self.live.load(Ordering::Acquire) {
+            return 0;
+        }
+        self.region
+            .mapped_ranges()
+            .iter()
+            .map(|r| self.region.valid_bytes(r.start, r.len()))
+            .sum()
+    }
+
+    /// Reads the pages overlapping `range` (bytes) and pins them: eviction
+    /// leaves them in memory until [`unpin`](Mapping::unpin); flush and
+    /// unmap write them back like any page. Pinned pages count against the
+    /// cache and may hold at most half of it ([`Error::PinLimit`]). A page
+    /// dropped with [`Advice::DontNeed`] stays pinned and is read again on
+    /// its next access.
+    pub fn pin(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_covering(&range)?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        self.rt.shared().pin(&self.region, pages)
+    }
+
+    /// Unpins the pages overlapping `range` (bytes).
+    pub fn unpin(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_covering(&range)?;
+        self.rt.shared().unpin(&self.region, pages)
+    }
+
+    /// Counters of this region since it was mapped.
+    pub fn stats(&self) -> RegionStats {
+        self.region.stats.snapshot()
+    }
+
+    fn assert_whole(&self) {
+        assert!(
+            self.mapped_bytes() == self.region.len,
+            "as_slice on a umio mapping that is partly unmapped"
+        );
     }
 
     /// Starts filling the pages overlapping `range` (bytes) in the
@@ -301,22 +419,30 @@ impl Mapping {
         &self.rt
     }
 
+    /// Pages overlapping a byte range, which must lie within the mapping
+    /// and be mapped still.
     fn pages_covering(&self, range: &Range<usize>) -> Result<Range<usize>> {
         if range.start > range.end || range.end > self.region.len {
             return Err(Error::InvalidArgument("range outside the mapping"));
         }
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
         let ps = self.region.page_size;
-        Ok(range.start / ps..range.end.div_ceil(ps))
+        let pages = range.start / ps..range.end.div_ceil(ps);
+        if self.region.intersects_hole(&pages) {
+            return Err(Error::NotMapped);
+        }
+        Ok(pages)
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if self.live {
-            self.live = false;
-            if let Err(e) = self.rt.shared().unmap(&self.region) {
-                log::error!("umio: unmapping on drop: {e}");
-            }
+        if self.live.swap(false, Ordering::AcqRel)
+            && let Err(e) = self.rt.shared().unmap(&self.region)
+        {
+            log::error!("umio: unmapping on drop: {e}");
         }
     }
 }

@@ -10,6 +10,7 @@ use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
 use crate::prefetch::{Advice, Prefetcher};
+use crate::stats::RegionCounters;
 
 /// Set in `Region::users` once unmapping has begun.
 const CLOSING: usize = 1 << (usize::BITS - 1);
@@ -39,6 +40,11 @@ pub(crate) struct Region {
     /// The first write-back failure of background eviction, reported by the
     /// next flush.
     pub deferred_error: Mutex<Option<StoreError>>,
+    /// Page ranges unmapped by `unmap_range`; their pages are retired.
+    holes: Mutex<Vec<Range<usize>>>,
+    /// Serializes `unmap_range` calls on this region.
+    pub unmap_lock: Mutex<()>,
+    pub stats: RegionCounters,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -80,6 +86,9 @@ impl Region {
             dirty: AtomicUsize::new(0),
             advice: ArcSwap::from_pointee(Vec::new()),
             deferred_error: Mutex::new(None),
+            holes: Mutex::new(Vec::new()),
+            unmap_lock: Mutex::new(()),
+            stats: RegionCounters::default(),
         })
     }
 
@@ -128,6 +137,40 @@ impl Region {
             return None;
         }
         Some(RegionGuard { region: self })
+    }
+
+    /// Whether any page of `pages` was unmapped by `unmap_range`.
+    pub fn intersects_hole(&self, pages: &Range<usize>) -> bool {
+        let holes = self.holes.lock().unwrap_or_else(|e| e.into_inner());
+        holes
+            .iter()
+            .any(|h| h.start < pages.end && pages.start < h.end)
+    }
+
+    /// Records an unmapped page range.
+    pub fn add_hole(&self, pages: Range<usize>) {
+        self.holes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pages);
+    }
+
+    /// Page ranges still mapped, in order.
+    pub fn mapped_ranges(&self) -> Vec<Range<usize>> {
+        let mut holes = self.holes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        holes.sort_by_key(|h| h.start);
+        let mut out = Vec::new();
+        let mut at = 0;
+        for h in holes {
+            if h.start > at {
+                out.push(at..h.start);
+            }
+            at = at.max(h.end);
+        }
+        if at < self.pages.len() {
+            out.push(at..self.pages.len());
+        }
+        out
     }
 
     /// Whether unmapping has begun.
@@ -204,6 +247,10 @@ impl RegionTable {
 
     pub fn len(&self) -> usize {
         self.by_id.len()
+    }
+
+    pub fn all(&self) -> &[Arc<Region>] {
+        &self.by_id
     }
 
     pub fn with(&self, region: Arc<Region>) -> RegionTable {

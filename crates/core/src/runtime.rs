@@ -327,6 +327,7 @@ impl Builder {
             prefetch_jobs: Mutex::new(VecDeque::new()),
             prefetch_signal: Condvar::new(),
             stats: Counters::default(),
+            pinned_bytes: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             shutdown_fd,
             closed: AtomicBool::new(false),
@@ -460,6 +461,8 @@ pub(crate) struct Shared {
     pub prefetch_jobs: Mutex<VecDeque<PrefetchJob>>,
     pub prefetch_signal: Condvar,
     pub stats: Counters,
+    /// Bytes of pinned pages, bounded by half the cache.
+    pub pinned_bytes: AtomicU64,
     pub shutdown: AtomicBool,
     pub shutdown_fd: EventFd,
     closed: AtomicBool,
@@ -521,26 +524,54 @@ impl Shared {
                 store.set_len(end)?;
             }
         }
-        let align = if page_size.is_power_of_two() {
-            page_size.min(2 << 20)
-        } else {
-            MIN_PAGE_SIZE
+        let prefetch = match &opts.prefetcher {
+            Some(p) => p.clone(),
+            None => opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size),
         };
-        let base = mm::map_anonymous(span, align, opts.writable)
-            .map_err(|e| Error::os("mmap of the region", e))?;
+        // Held from choosing the address to publishing the region, so that
+        // fixed mappings cannot race each other into one range.
+        let _w = self
+            .regions_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let base = match opts.fixed_address {
+            Some(addr) => {
+                if !addr.is_multiple_of(MIN_PAGE_SIZE) || addr == 0 {
+                    return Err(Error::InvalidArgument(
+                        "fixed address must be a non-zero multiple of 4096",
+                    ));
+                }
+                let end = addr
+                    .checked_add(span)
+                    .ok_or(Error::InvalidArgument("fixed address + length overflows"))?;
+                let table = self.regions.load();
+                if table
+                    .all()
+                    .iter()
+                    .any(|r| r.base < end && addr < r.base + r.span)
+                {
+                    return Err(Error::Overlap);
+                }
+                // SAFETY: the caller of `MapOptions::fixed_address` promised
+                // the range is theirs to replace, and it overlaps no region.
+                unsafe { mm::map_anonymous_fixed(addr, span, opts.writable) }
+                    .map_err(|e| Error::os("mmap of the region at a fixed address", e))?
+            }
+            None => {
+                let align = if page_size.is_power_of_two() {
+                    page_size.min(2 << 20)
+                } else {
+                    MIN_PAGE_SIZE
+                };
+                mm::map_anonymous(span, align, opts.writable)
+                    .map_err(|e| Error::os("mmap of the region", e))?
+            }
+        };
         if let Err(e) = self.uffd.register(base, span, opts.writable) {
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("UFFDIO_REGISTER", e));
         }
-        let prefetch = match &opts.prefetcher {
-            Some(p) => p.clone(),
-            None => opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size),
-        };
-        let _w = self
-            .regions_writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let Some(region) = Region::new(
             id,
@@ -577,11 +608,22 @@ impl Shared {
                 .store(Arc::new(self.regions.load().without(region.id)));
         }
         let resident = region.pages.count(PageState::Clean) + region.pages.count(PageState::Dirty);
-        // Unregistering wakes any thread still blocked on the range.
-        let unreg = self.uffd.unregister(region.base, region.span);
-        let unmapped = mm::unmap(region.base, region.span);
-        assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
+        let pinned = region.pages.count_pinned();
+        // Unregistering wakes any thread still blocked on the range. Pages
+        // that `unmap_range` took out are no longer ours: leave them.
+        let mut unreg = Ok(());
+        for pages in region.mapped_ranges() {
+            let (addr, len) = (
+                region.page_addr(pages.start),
+                pages.len() * region.page_size,
+            );
+            unreg = unreg.and(self.uffd.unregister(addr, len));
+            let unmapped = mm::unmap(addr, len);
+            assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
+        }
         self.budget.release((resident * region.page_size) as u64);
+        self.pinned_bytes
+            .fetch_sub((pinned * region.page_size) as u64, Ordering::AcqRel);
         self.policy.forget_region(region.id);
         result?;
         unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))

@@ -65,3 +65,45 @@ counters! {
     /// Times a filler evicted pages itself because the cache was full.
     direct_reclaims,
 }
+
+macro_rules! region_counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        #[derive(Default, Debug)]
+        pub(crate) struct RegionCounters {
+            $(pub $name: AtomicU64,)*
+        }
+
+        /// A snapshot of one region's counters, from its map.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct RegionStats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        impl RegionCounters {
+            pub(crate) fn snapshot(&self) -> RegionStats {
+                RegionStats { $($name: self.$name.load(Relaxed),)* }
+            }
+        }
+    };
+}
+
+region_counters! {
+    /// Fault events served for this region.
+    faults,
+    /// Of those, faults served without a store read: the page was being
+    /// filled by another thread, already resident, or clean and written
+    /// for the first time.
+    hits,
+    /// Pages read from the store (misses and prefetch).
+    fills,
+    /// Of those, pages read by prefetch or read-ahead.
+    prefetched,
+    /// Pages evicted.
+    evictions,
+    /// Store writes made by write-back.
+    writebacks,
+    /// Bytes read from the store.
+    bytes_read,
+    /// Bytes written back to the store.
+    bytes_written,
+}

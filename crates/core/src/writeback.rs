@@ -43,6 +43,8 @@ impl Shared {
             Ok(()) => {
                 self.stats.writeback_ops.fetch_add(1, Relaxed);
                 self.stats.bytes_written.fetch_add(valid as u64, Relaxed);
+                region.stats.writebacks.fetch_add(1, Relaxed);
+                region.stats.bytes_written.fetch_add(valid as u64, Relaxed);
                 region.dirty.fetch_sub(run.len(), Relaxed);
             }
             Err(_) => {

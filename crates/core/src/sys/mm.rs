@@ -31,6 +31,32 @@ pub(crate) fn map_anonymous(len: usize, align: usize, writable: bool) -> Result<
     Ok(base)
 }
 
+/// Maps `len` bytes of private anonymous memory exactly at `addr`,
+/// replacing whatever the process had mapped there (`MAP_FIXED`), not
+/// inherited by `fork` children.
+///
+/// # Safety
+/// Nothing in the process may use memory of `[addr, addr+len)` as anything
+/// else: it is replaced.
+pub(crate) unsafe fn map_anonymous_fixed(
+    addr: usize,
+    len: usize,
+    writable: bool,
+) -> Result<usize, i32> {
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+    // SAFETY: the caller gives up whatever was mapped in the range.
+    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    if let Err(e) = advise(addr, len, libc::MADV_DONTFORK) {
+        let _ = unmap(addr, len);
+        return Err(e);
+    }
+    Ok(p as usize)
+}
+
 /// Unmaps `[addr, addr+len)`.
 pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), i32> {
     // SAFETY: callers pass ranges they mapped themselves and no longer
