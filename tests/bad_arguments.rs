@@ -2,8 +2,9 @@
 //! and leaves nothing behind: no region, no change to the file, and the
 //! runtime keeps working.
 
+mod common;
+
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::sync::Arc;
 
 use umio::backends::MemoryStore;
@@ -12,24 +13,12 @@ use umio::{Advice, Error, MapOptions, Runtime};
 const FILE_LEN: usize = 64 << 10;
 
 fn rw_file() -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(&vec![5u8; FILE_LEN]).unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
+    common::rw_file_with(&vec![5u8; FILE_LEN])
 }
 
 /// 1 MiB cache, 16 KiB pages.
 fn runtime() -> Runtime {
-    Runtime::builder()
-        .cache_bytes(1 << 20)
-        .page_size(16 << 10)
-        .fillers(1)
-        .build()
-        .unwrap()
+    common::runtime(1 << 20, 16 << 10, 1)
 }
 
 #[track_caller]

@@ -1,10 +1,12 @@
 //! Many threads faulting on one page at once cause one store read: the
 //! other misses wait for the first fill. Reads and writes both.
 
+mod common;
+
 use std::sync::{Arc, Barrier};
 
 use umio::backends::{CountingStore, MemoryStore};
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime};
+use umio::{Mapping, PrefetchKind, Runtime};
 
 const THREADS: usize = 8;
 const PAGE: usize = 64 << 10;
@@ -16,20 +18,8 @@ fn pattern(len: usize) -> Vec<u8> {
 
 fn setup(writable: bool) -> (Runtime, Arc<CountingStore<MemoryStore>>, Mapping) {
     let store = Arc::new(CountingStore::new(MemoryStore::new(pattern(STORE_LEN))));
-    let rt = Runtime::builder()
-        .cache_bytes(4 << 20)
-        .page_size(PAGE)
-        .fillers(4)
-        .build()
-        .unwrap();
-    let map = rt
-        .map(
-            MapOptions::new()
-                .store(store.clone())
-                .writable(writable)
-                .prefetch(PrefetchKind::None),
-        )
-        .unwrap();
+    let rt = common::runtime(4 << 20, PAGE, 4);
+    let map = common::map_store(&rt, &store, writable, PrefetchKind::None);
     (rt, store, map)
 }
 

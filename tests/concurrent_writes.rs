@@ -3,69 +3,17 @@
 //! file after `unmap` all equal a model kept in memory. Also: writes racing
 //! with flushes lose nothing.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+mod common;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use umio::{MapOptions, Mapping, Runtime};
 
+use common::{Rng, assert_same, random_bytes, rw_file_with};
+
 const DATA_LEN: usize = 4 << 20;
 const THREADS: usize = 4;
-
-/// xorshift64: deterministic, good enough for test data and offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    for chunk in v.chunks_mut(8) {
-        let r = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    v
-}
-
-fn rw_file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
-}
-
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if got != want {
-        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
-        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-        panic!(
-            "{what}: {bad} bytes differ, the first at {i}: got {:#04x}, want {:#04x}",
-            got[i], want[i]
-        );
-    }
-}
 
 fn assert_file(path: &Path, want: &[u8], what: &str) {
     let on_disk = std::fs::read(path).unwrap();
@@ -141,12 +89,7 @@ fn write_round(map: &Mapping, base: &[u8], stripe: usize, writes: usize, seed: u
 fn run(stripe: usize, page_size: usize, writes: usize) {
     let data = random_bytes(DATA_LEN, 17 + stripe as u64);
     let (tmp, file) = rw_file_with(&data);
-    let rt = Runtime::builder()
-        .cache_bytes((DATA_LEN / 8) as u64)
-        .page_size(page_size)
-        .fillers(2)
-        .build()
-        .unwrap();
+    let rt = common::runtime((DATA_LEN / 8) as u64, page_size, 2);
     let map = rt
         .map_file(&file, MapOptions::new().writable(true))
         .unwrap();
@@ -202,12 +145,7 @@ fn writers_evictions_and_a_flushing_thread_together() {
     // loop: every write must survive, whoever writes its page back.
     let data = random_bytes(DATA_LEN, 99);
     let (tmp, file) = rw_file_with(&data);
-    let rt = Runtime::builder()
-        .cache_bytes((DATA_LEN / 8) as u64)
-        .page_size(16 << 10)
-        .fillers(2)
-        .build()
-        .unwrap();
+    let rt = common::runtime((DATA_LEN / 8) as u64, 16 << 10, 2);
     let map = rt
         .map_file(&file, MapOptions::new().writable(true))
         .unwrap();

@@ -3,64 +3,14 @@
 //! built-in eviction policies, with and without background evictors, from
 //! one thread and from several.
 
-use std::fs::File;
-use std::io::Write;
+mod common;
 
 use umio::{MapOptions, Mapping, PolicyKind, Runtime};
 
+use common::{Rng, assert_same, file_with, random_bytes};
+
 const FILE_LEN: usize = 8 << 20;
 const CACHE: u64 = (FILE_LEN / 8) as u64;
-
-/// xorshift64: deterministic, good enough for test data and offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    for chunk in v.chunks_mut(8) {
-        let r = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    v
-}
-
-fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = File::open(tmp.path()).unwrap();
-    (tmp, f)
-}
-
-/// Panics naming the first differing byte (a plain `assert_eq!` on
-/// megabytes prints megabytes).
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if got != want {
-        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-        panic!(
-            "{what}: first difference at byte {i}: got {:#04x}, want {:#04x}",
-            got[i], want[i]
-        );
-    }
-}
 
 fn assert_within_cache(rt: &Runtime, map: &Mapping, what: &str) {
     let st = rt.stats();
@@ -176,12 +126,7 @@ fn direct_reclaim_only_no_evictor_thread() {
 fn several_threads_read_random_ranges() {
     let data = random_bytes(FILE_LEN, 6);
     let (_tmp, file) = file_with(&data);
-    let rt = Runtime::builder()
-        .cache_bytes(CACHE)
-        .page_size(16 << 10)
-        .fillers(2)
-        .build()
-        .unwrap();
+    let rt = common::runtime(CACHE, 16 << 10, 2);
     let map = rt.map_file(&file, MapOptions::new()).unwrap();
     std::thread::scope(|sc| {
         for t in 0..4u64 {

@@ -2,54 +2,26 @@
 //! then zeros and leaves the file alone; a writable one extends the file at
 //! map time; write-back never writes past the mapped length.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+mod common;
+
+use std::fs::File;
 
 use umio::{MapOptions, Runtime};
+
+use common::{Rng, rw_file_with};
 
 /// Three whole 4 KiB pages and a partial one.
 const FILE_LEN: usize = 3 * 4096 + 1234;
 
-/// xorshift64: deterministic test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
 /// Random bytes with no zero among them, so that a zero read back is
 /// a zero-fill, never file data.
 fn nonzero_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     (0..len).map(|_| (rng.next() % 255) as u8 + 1).collect()
 }
 
-fn rw_file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
-}
-
 fn runtime() -> Runtime {
-    Runtime::builder()
-        .cache_bytes(1 << 20)
-        .page_size(4 << 10)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(1 << 20, 4 << 10, 2)
 }
 
 fn file_len(tmp: &tempfile::NamedTempFile) -> u64 {

@@ -3,12 +3,15 @@
 //! writes after an earlier flush); `DontNeed` discards unflushed changes;
 //! prefetch and read-ahead advice fill pages in the background.
 
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::{CountingStore, MemoryStore};
 use umio::{Advice, MapOptions, Mapping, PrefetchKind, Runtime};
+
+use common::rw_file_with;
 
 const PAGE: usize = 16 << 10;
 const STORE_LEN: usize = 1 << 20;
@@ -20,12 +23,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 fn runtime(cache: u64) -> Runtime {
-    Runtime::builder()
-        .cache_bytes(cache)
-        .page_size(PAGE)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(cache, PAGE, 2)
 }
 
 fn counted() -> Counted {
@@ -33,21 +31,11 @@ fn counted() -> Counted {
 }
 
 fn map(rt: &Runtime, store: &Counted, writable: bool, prefetch: PrefetchKind) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(writable)
-            .prefetch(prefetch),
-    )
-    .unwrap()
+    common::map_store(rt, store, writable, prefetch)
 }
 
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    common::eventually(what, Duration::from_millis(1), cond)
 }
 
 #[test]
@@ -88,13 +76,7 @@ fn flush_right_after_a_write_makes_it_durable() {
 #[test]
 fn writes_after_a_flush_are_made_durable_by_the_next() {
     let data = pattern(STORE_LEN);
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(&data).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
+    let (tmp, file) = rw_file_with(&data);
     let rt = runtime(4 << 20);
     let mut m = rt
         .map_file(&file, MapOptions::new().writable(true))

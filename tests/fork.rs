@@ -2,8 +2,7 @@
 //! mapped at all (so no access can hang on a fault nobody serves), and the
 //! parent's mapping keeps working after the fork.
 
-use std::fs::OpenOptions;
-use std::io::Write;
+mod common;
 
 use umio::{MapOptions, Mapping, Runtime};
 
@@ -60,13 +59,7 @@ fn range_of(m: &Mapping) -> (usize, usize) {
 #[test]
 fn forked_child_does_not_inherit_regions() {
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(&data).unwrap();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
+    let (tmp, file) = common::rw_file_with(&data);
     let rt = Runtime::builder()
         .cache_bytes(256 << 10)
         .page_size(16 << 10)

@@ -2,51 +2,18 @@
 //! sharing one small cache: each reads its own bytes, unmapping some leaves
 //! the others readable, and unmapping all gives the cache back.
 
-use std::fs::File;
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::FileStore;
 use umio::{MapOptions, Mapping, Runtime, Store};
 
+use common::{Rng, file_with, random_bytes};
+
 const FILE_LEN: usize = 4 << 20;
 const PAGE_SIZES: [usize; 3] = [4 << 10, 8 << 10, 64 << 10];
-
-/// xorshift64: deterministic test data.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    for chunk in v.chunks_mut(8) {
-        let r = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    v
-}
-
-fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = File::open(tmp.path()).unwrap();
-    (tmp, f)
-}
 
 /// Region `i`: where it starts in the file, its length, its page size.
 fn layout(i: usize) -> (usize, usize, usize) {
@@ -104,12 +71,7 @@ fn assert_full_capacity(rt: &Runtime, store: Arc<dyn Store>, data: &[u8]) {
 }
 
 fn runtime() -> Runtime {
-    Runtime::builder()
-        .cache_bytes(2 << 20)
-        .page_size(16 << 10)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(2 << 20, 16 << 10, 2)
 }
 
 #[test]

@@ -2,73 +2,16 @@
 //! byte `o + i` of the file, on reads, after eviction, and on write-back;
 //! bytes of the file outside the mapping are left alone.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+mod common;
 
 use umio::{MapOptions, Runtime};
 
+use common::{Rng, assert_same, random_bytes, rw_file_with};
+
 const FILE_LEN: usize = 2 << 20;
 
-/// xorshift64: deterministic, good enough for test data and offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    for chunk in v.chunks_mut(8) {
-        let r = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    v
-}
-
-fn rw_file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
-}
-
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if got != want {
-        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-        panic!(
-            "{what}: first difference at byte {i}: got {:#04x}, want {:#04x}",
-            got[i], want[i]
-        );
-    }
-}
-
 fn small_runtime(page_size: usize) -> Runtime {
-    Runtime::builder()
-        .cache_bytes(256 << 10)
-        .page_size(page_size)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(256 << 10, page_size, 2)
 }
 
 fn read_only_at(offset: usize, page_size: usize) {

@@ -1,23 +1,12 @@
 //! Smoke test: map, read, write, flush, unmap.
 
-use std::io::Write;
+mod common;
 
 #[test]
 fn smoke_read_write_flush() {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
-    f.write_all(&data).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(f.path())
-        .unwrap();
-    let rt = umio::Runtime::builder()
-        .cache_bytes(256 << 10)
-        .page_size(16 << 10)
-        .fillers(2)
-        .build()
-        .unwrap();
+    let (f, file) = common::rw_file_with(&data);
+    let rt = common::runtime(256 << 10, 16 << 10, 2);
     let mut map = rt
         .map_file(
             &file,

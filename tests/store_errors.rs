@@ -3,13 +3,15 @@
 //! the region lives; a failed read poisons the page (SIGBUS for a thread,
 //! EFAULT for a system call) until `DontNeed` clears it.
 
+mod common;
+
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use umio::backends::{MemoryStore, StoreError, StoreOp};
-use umio::{Advice, Error, MapOptions, Mapping, PrefetchKind, Runtime, Store};
+use umio::{Advice, Error, Mapping, PrefetchKind, Runtime, Store};
 
 const PAGE: usize = 16 << 10;
 const STORE_LEN: usize = 1 << 20;
@@ -74,22 +76,11 @@ fn pattern(len: usize) -> Vec<u8> {
 
 /// 8 pages of cache.
 fn runtime() -> Runtime {
-    Runtime::builder()
-        .cache_bytes(8 * PAGE as u64)
-        .page_size(PAGE)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(8 * PAGE as u64, PAGE, 2)
 }
 
 fn map(rt: &Runtime, store: &Arc<FlakyStore>, writable: bool) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(writable)
-            .prefetch(PrefetchKind::None),
-    )
-    .unwrap()
+    common::map_store(rt, store, writable, PrefetchKind::None)
 }
 
 #[track_caller]

@@ -3,63 +3,16 @@
 //! write-protected) pages of a writable mapping. The data must be right and
 //! what `read(2)` stored must reach the file on flush.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+mod common;
+
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 
 use umio::{MapOptions, PrefetchKind, Runtime};
 
+use common::{assert_same, random_bytes, read_exact_raw, rw_file_with, write_all_raw};
+
 const FILE_LEN: usize = 1 << 20;
-
-/// xorshift64: deterministic test data.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    for chunk in v.chunks_mut(8) {
-        let r = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
-    v
-}
-
-fn rw_file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    tmp.flush().unwrap();
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
-}
-
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    if got != want {
-        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-        panic!(
-            "{what}: first difference at byte {i}: got {:#04x}, want {:#04x}",
-            got[i], want[i]
-        );
-    }
-}
 
 /// A small cache (256 KiB), 4 KiB pages, no read-ahead: what the test does
 /// not touch stays non-resident.
@@ -71,36 +24,6 @@ fn runtime() -> Runtime {
         .fillers(2)
         .build()
         .unwrap()
-}
-
-/// `write(2)` of all of `buf`, looping over short writes.
-fn write_all_raw(fd: i32, buf: *const u8, len: usize) {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: buf..buf+len is readable memory (a live mapping).
-        let n = unsafe { libc::write(fd, buf.add(done).cast(), len - done) };
-        assert!(
-            n > 0,
-            "write(2) from the mapping failed: {}",
-            std::io::Error::last_os_error()
-        );
-        done += n as usize;
-    }
-}
-
-/// `read(2)` until `len` bytes arrived, looping over short reads.
-fn read_exact_raw(fd: i32, buf: *mut u8, len: usize) {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: buf..buf+len is writable memory (a live writable mapping).
-        let n = unsafe { libc::read(fd, buf.add(done).cast(), len - done) };
-        assert!(
-            n > 0,
-            "read(2) into the mapping failed or hit EOF: {}",
-            std::io::Error::last_os_error()
-        );
-        done += n as usize;
-    }
 }
 
 #[test]

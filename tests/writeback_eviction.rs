@@ -3,14 +3,16 @@
 //! dropped; a clean page is dropped without a write, including a page made
 //! clean by a flush.
 
-use std::fs::OpenOptions;
-use std::io::Write;
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::{CountingStore, FileStore, MemoryStore};
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime};
+use umio::{Mapping, PrefetchKind, Runtime};
+
+use common::rw_file_with;
 
 const PAGE: usize = 16 << 10;
 const STORE_LEN: usize = 2 << 20;
@@ -22,12 +24,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 fn runtime() -> Runtime {
-    Runtime::builder()
-        .cache_bytes(CACHE)
-        .page_size(PAGE)
-        .fillers(2)
-        .build()
-        .unwrap()
+    common::runtime(CACHE, PAGE, 2)
 }
 
 fn counting_store() -> Arc<CountingStore<MemoryStore>> {
@@ -35,13 +32,7 @@ fn counting_store() -> Arc<CountingStore<MemoryStore>> {
 }
 
 fn map_store(rt: &Runtime, store: &Arc<CountingStore<MemoryStore>>) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(true)
-            .prefetch(PrefetchKind::None),
-    )
-    .unwrap()
+    common::map_store(rt, store, true, PrefetchKind::None)
 }
 
 /// Reads every page but `skip` (sequentially, several passes) until `page`
@@ -73,12 +64,8 @@ fn evict_by_reading(map: &Mapping, page: usize) {
 
 /// Polls `cond` for up to 5 s: an evictor may still be finishing the write
 /// of a page that already looks non-resident.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    common::eventually(what, Duration::from_millis(2), cond)
 }
 
 #[test]
@@ -217,23 +204,10 @@ fn dropping_a_mapping_writes_back_its_dirty_pages() {
 fn an_evicted_dirty_page_is_in_the_file_before_any_flush() {
     // The same with a real file, checked through a second descriptor.
     let data = pattern(STORE_LEN);
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(&data).unwrap();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
+    let (tmp, file) = rw_file_with(&data);
     let store = Arc::new(CountingStore::new(FileStore::new(&file).unwrap()));
     let rt = runtime();
-    let mut map = rt
-        .map(
-            MapOptions::new()
-                .store(store.clone())
-                .writable(true)
-                .prefetch(PrefetchKind::None),
-        )
-        .unwrap();
+    let mut map = common::map_store(&rt, &store, true, PrefetchKind::None);
     map.as_mut_slice()[PAGE + 5..PAGE + 10].copy_from_slice(b"hello");
     evict_by_reading(&map, 1);
     let reader = std::fs::File::open(tmp.path()).unwrap();

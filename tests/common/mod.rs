@@ -1,0 +1,162 @@
+//! Helpers shared by the integration tests: deterministic random data,
+//! temporary files, runtimes and mappings, byte comparisons that name the
+//! first difference, polling, and raw `read(2)`/`write(2)` loops.
+//!
+//! Each file under `tests/` is a crate of its own and pulls this module in
+//! with `mod common;`.
+
+// Every test binary compiles all of this module but uses only some of it:
+// without this, each binary would warn about the helpers it does not call.
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use umio::{MapOptions, Mapping, PrefetchKind, Runtime, Store};
+
+/// xorshift64: deterministic, good enough for test data and offsets.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// `len` bytes of the xorshift stream seeded with `seed`.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut v = vec![0u8; len];
+    for chunk in v.chunks_mut(8) {
+        let r = rng.next().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+    v
+}
+
+/// A temporary file holding `data`. Keep the `NamedTempFile`: dropping it
+/// deletes the file.
+fn temp_file_with(data: &[u8]) -> tempfile::NamedTempFile {
+    let mut tmp = tempfile::NamedTempFile::new().unwrap();
+    tmp.write_all(data).unwrap();
+    tmp.flush().unwrap();
+    tmp
+}
+
+/// A temporary file holding `data`, opened read-write.
+pub fn rw_file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
+    let tmp = temp_file_with(data);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(tmp.path())
+        .unwrap();
+    (tmp, f)
+}
+
+/// A temporary file holding `data`, opened read-only.
+pub fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, File) {
+    let tmp = temp_file_with(data);
+    let f = File::open(tmp.path()).unwrap();
+    (tmp, f)
+}
+
+/// A runtime with a `cache_bytes` cache, `page_size` pages and `fillers`
+/// filler threads; everything else default.
+pub fn runtime(cache_bytes: u64, page_size: usize, fillers: usize) -> Runtime {
+    Runtime::builder()
+        .cache_bytes(cache_bytes)
+        .page_size(page_size)
+        .fillers(fillers)
+        .build()
+        .unwrap()
+}
+
+/// Maps all of `store` with the runtime's page size.
+pub fn map_store<S: Store>(
+    rt: &Runtime,
+    store: &Arc<S>,
+    writable: bool,
+    prefetch: PrefetchKind,
+) -> Mapping {
+    rt.map(
+        MapOptions::new()
+            .store(store.clone())
+            .writable(writable)
+            .prefetch(prefetch),
+    )
+    .unwrap()
+}
+
+/// Panics naming how many bytes differ and the first of them (a plain
+/// `assert_eq!` on megabytes prints megabytes).
+#[track_caller]
+pub fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    if got != want {
+        let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "{what}: {bad} bytes differ, the first at byte {i}: got {:#04x}, want {:#04x}",
+            got[i], want[i]
+        );
+    }
+}
+
+/// Polls `cond` every `poll` for up to 5 s; panics naming `what` if it
+/// never holds.
+#[track_caller]
+pub fn eventually(what: &str, poll: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(poll);
+    }
+}
+
+/// Repeats `op(done)` (a `read(2)` or `write(2)` of the rest after `done`
+/// bytes) until `len` bytes are through; panics with `what` and the OS error
+/// if a call returns 0 or less.
+#[track_caller]
+fn raw_io_loop(len: usize, what: &str, mut op: impl FnMut(usize) -> isize) {
+    let mut done = 0;
+    while done < len {
+        let n = op(done);
+        assert!(n > 0, "{what}: {}", std::io::Error::last_os_error());
+        done += n as usize;
+    }
+}
+
+/// `write(2)` of all of `buf`, looping over short writes.
+#[track_caller]
+pub fn write_all_raw(fd: i32, buf: *const u8, len: usize) {
+    raw_io_loop(len, "write(2) from the mapping failed", |done| {
+        // SAFETY: buf..buf+len is readable memory (a live mapping).
+        unsafe { libc::write(fd, buf.add(done).cast(), len - done) }
+    });
+}
+
+/// `read(2)` until `len` bytes arrived, looping over short reads.
+#[track_caller]
+pub fn read_exact_raw(fd: i32, buf: *mut u8, len: usize) {
+    raw_io_loop(len, "read(2) into the mapping failed or hit EOF", |done| {
+        // SAFETY: buf..buf+len is writable memory (a live writable mapping).
+        unsafe { libc::read(fd, buf.add(done).cast(), len - done) }
+    });
+}
