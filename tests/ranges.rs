@@ -1,12 +1,14 @@
 //! Range operations: pinning, partial unmap, fixed addresses, per-region
 //! counters.
 
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use umio::backends::{MemoryStore, Store, StoreError};
 use umio::{Error, MapOptions, PrefetchKind, Runtime};
+
+mod common;
+use common::rw_file_with as file_with;
 
 const PAGE: usize = 4096;
 
@@ -24,17 +26,6 @@ fn runtime(cache_pages: u64) -> Runtime {
         .prefetch(PrefetchKind::None)
         .build()
         .unwrap()
-}
-
-fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, std::fs::File) {
-    let mut tmp = tempfile::NamedTempFile::new().unwrap();
-    tmp.write_all(data).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(tmp.path())
-        .unwrap();
-    (tmp, f)
 }
 
 /// A memory store that logs the offset of every read.
