@@ -8,6 +8,8 @@
 //! - [`FileStore`]: a file or block device through `pread`/`pwrite`/`fdatasync`.
 //! - [`MemoryStore`]: a growable byte vector, for tests and scratch regions.
 //! - [`CountingStore`]: wraps another store and counts its operations.
+//! - [`FaultyStore`]: wraps another store and fails operations on a
+//!   schedule, for reliability tests.
 //!
 //! ```
 //! use umio_backends::{MemoryStore, Store};
@@ -19,11 +21,13 @@
 
 mod counting;
 mod error;
+mod faulty;
 mod file;
 mod memory;
 
 pub use counting::{CountingStore, StoreCounts};
 pub use error::{StoreError, StoreOp};
+pub use faulty::{FaultTrigger, FaultyStore};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 
