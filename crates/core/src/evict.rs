@@ -100,17 +100,31 @@ impl Shared {
             w.locked.clear();
             for key in group {
                 let p = key.index as usize;
-                for s in [PageState::Clean, PageState::Dirty] {
-                    if region.pages.try_lock(p, s) {
-                        // Pinned after the policy picked it: leave it be.
-                        if region.pages.is_pinned(p) {
-                            if region.pages.unlock(p, s) {
-                                self.uffd.wake(region.page_addr(p), region.page_size);
-                            }
-                        } else {
-                            w.locked.push((p, s));
+                let locked = [PageState::Clean, PageState::Dirty]
+                    .into_iter()
+                    .find(|&s| region.pages.try_lock(p, s));
+                match locked {
+                    // Pinned after the policy picked it: leave it be (unpin
+                    // hands it back to the policy).
+                    Some(s) if region.pages.is_pinned(p) => {
+                        if region.pages.unlock(p, s) {
+                            self.uffd.wake(region.page_addr(p), region.page_size);
                         }
-                        break;
+                    }
+                    Some(s) => w.locked.push((p, s)),
+                    // Changed state since the policy probed it (a write
+                    // un-protecting it, a flush): if still resident it
+                    // must stay tracked, or its space is lost to eviction.
+                    None => {
+                        if !region.pages.is_pinned(p)
+                            && !matches!(
+                                region.pages.get(p),
+                                Observed::Stable(PageState::Empty)
+                                    | Observed::Busy(PageState::Empty)
+                            )
+                        {
+                            self.policy.inserted(*key);
+                        }
                     }
                 }
             }
@@ -153,10 +167,12 @@ impl Shared {
         }
         if !failed.is_empty() {
             // Write-protected and dirty: the next write un-protects them.
+            // Still resident, so still eviction candidates.
             for &p in &failed {
                 if region.pages.unlock(p, PageState::Dirty) {
                     self.uffd.wake(region.page_addr(p), region.page_size);
                 }
+                self.policy.inserted(region.key(p));
             }
             w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
         }
@@ -182,6 +198,7 @@ impl Shared {
                     if region.pages.unlock(p, to) {
                         self.uffd.wake(region.page_addr(p), region.page_size);
                     }
+                    self.policy.inserted(region.key(p));
                 }
                 continue;
             }
