@@ -1,18 +1,12 @@
 //! Eviction policies.
 //!
-//! umio sees no hardware accessed bits: a read of a resident page never
-//! reaches it. The signals it has are faults. Core sets a page's referenced
-//! bit ([`PageTable::mark_referenced`](crate::PageTable::mark_referenced))
-//! on a first write to a clean page (a write-protect fault) and on a fault
-//! that finds the page busy (another thread wanted it meanwhile); a miss
-//! itself is not counted, or every page would get a second chance.
-//! [`Clock`] gives a page with the bit set a second chance.
+//! See the [crate docs](crate#what-recency-umio-can-observe) for the
+//! signals a policy gets.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{Observed, PageState};
+use crate::shards::Sharded;
+use crate::{Lru, Observed, PageState, TwoQ};
 
 /// Names one page of one region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,14 +15,6 @@ pub struct PageKey {
     pub region: u64,
     /// The page's index within the region.
     pub index: u64,
-}
-
-impl PageKey {
-    fn shard(&self, shards: usize) -> usize {
-        // Fibonacci hashing spreads consecutive pages over the shards.
-        let h = (self.region.rotate_left(32) ^ self.index).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> 32) as usize & (shards - 1)
-    }
 }
 
 /// What a policy may learn about a page it tracks.
@@ -50,6 +36,16 @@ pub trait PageOracle {
     fn probe(&self, key: PageKey, clear_referenced: bool) -> Option<PageProbe>;
 }
 
+/// A use of a resident page that core observed (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Touch {
+    /// The first write to a clean page: a write-protect fault.
+    FirstWrite = 0,
+    /// A fault on a page another thread was filling or changing.
+    Coalesced = 1,
+}
+
 /// Decides which resident pages to evict.
 ///
 /// Called from fillers (on every fill) and evictors; implementations take at
@@ -57,22 +53,53 @@ pub trait PageOracle {
 /// keep entries for pages no longer resident:
 /// [`select_victims`](EvictionPolicy::select_victims) skips such entries by
 /// probing.
+///
+/// Only [`name`](EvictionPolicy::name), [`inserted`](EvictionPolicy::inserted),
+/// [`forget_region`](EvictionPolicy::forget_region),
+/// [`select_victims`](EvictionPolicy::select_victims) and
+/// [`tracked`](EvictionPolicy::tracked) are required; the other calls
+/// have defaults that reduce them to these.
 pub trait EvictionPolicy: Send + Sync + 'static {
     /// A short name for logs and stats.
     fn name(&self) -> &'static str;
 
-    /// A page became resident.
+    /// A page became resident because a thread missed on it (or became an
+    /// eviction candidate again: unpinned, or a victim core could not
+    /// evict; see [`restore`](EvictionPolicy::restore)).
     fn inserted(&self, key: PageKey);
+
+    /// A page became resident by prefetch or read-ahead: no thread has
+    /// asked for it yet. The default treats it as [`inserted`](EvictionPolicy::inserted).
+    fn prefetched(&self, key: PageKey) {
+        self.inserted(key);
+    }
+
+    /// Core observed a use of a resident page (see the module docs for
+    /// what it can observe). Called on the fault path. The default ignores
+    /// it.
+    fn touched(&self, key: PageKey, touch: Touch) {
+        let _ = (key, touch);
+    }
+
+    /// A page this policy returned as a victim was not evicted (it was
+    /// busy when core locked it, or its write-back failed): it is resident
+    /// and must be tracked again. The default calls
+    /// [`inserted`](EvictionPolicy::inserted).
+    fn restore(&self, key: PageKey) {
+        self.inserted(key);
+    }
 
     /// A region is gone: forget its pages.
     fn forget_region(&self, region: u64);
 
     /// Removes up to `max` victims and appends them to `out`. Victims must
     /// be resident and not busy when probed; the caller still checks, as
-    /// the page can change right after.
+    /// the page can change right after. Core asks for batches (up to 512
+    /// pages) and evicts each contiguous run of a batch with one `madvise`.
     fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>);
 
-    /// Number of entries tracked (resident pages plus stale entries).
+    /// Number of entries tracked (resident pages plus stale entries; not
+    /// the keys a policy remembers of pages it has evicted).
     fn tracked(&self) -> usize;
 
     /// Drops stale entries: pages no longer resident, regions gone, and
@@ -87,7 +114,7 @@ pub trait EvictionPolicy: Send + Sync + 'static {
 }
 
 /// The built-in policies, by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PolicyKind {
     /// First in, first out: the oldest fill is evicted first.
     Fifo,
@@ -95,57 +122,95 @@ pub enum PolicyKind {
     /// once more.
     #[default]
     Clock,
+    /// Least recently used, by the last use umio observed: a fill, a first
+    /// write or a coalesced fault ([`Lru`]).
+    Lru,
+    /// 2Q, scan-resistant: a page missed again soon after its eviction is
+    /// protected from pages that miss once ([`TwoQ`]).
+    TwoQ,
 }
 
 impl PolicyKind {
+    /// Every built-in policy.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Fifo,
+        PolicyKind::Clock,
+        PolicyKind::Lru,
+        PolicyKind::TwoQ,
+    ];
+
     /// Builds the policy.
     pub fn build(self) -> Box<dyn EvictionPolicy> {
         match self {
             PolicyKind::Fifo => Box::new(Fifo::new()),
             PolicyKind::Clock => Box::new(Clock::new()),
+            PolicyKind::Lru => Box::new(Lru::new()),
+            PolicyKind::TwoQ => Box::new(TwoQ::new()),
         }
+    }
+
+    /// The policy's name: `fifo`, `clock`, `lru` or `2q` (as
+    /// [`EvictionPolicy::name`] and `UMIO_EVICTION` spell it).
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Fifo => "fifo",
+            PolicyKind::Clock => "clock",
+            PolicyKind::Lru => "lru",
+            PolicyKind::TwoQ => "2q",
+        }
+    }
+
+    /// The policy named `name` (any case; `twoq` is accepted for `2q`).
+    ///
+    /// ```
+    /// use umio_cache::PolicyKind;
+    /// assert_eq!(PolicyKind::from_name("2Q"), Some(PolicyKind::TwoQ));
+    /// assert_eq!(PolicyKind::from_name("arc"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<PolicyKind> {
+        let name = name.trim().to_ascii_lowercase();
+        if name == "twoq" {
+            return Some(PolicyKind::TwoQ);
+        }
+        PolicyKind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
-/// Queues of page keys, one per shard, each behind its own mutex.
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Queues of page keys, one per shard.
 struct ShardedQueues {
-    shards: Box<[Mutex<VecDeque<PageKey>>]>,
-    cursor: AtomicUsize,
+    shards: Sharded<VecDeque<PageKey>>,
 }
 
 impl ShardedQueues {
     fn new() -> Self {
-        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let n = (cpus * 4).next_power_of_two().min(256);
         ShardedQueues {
-            shards: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
-            cursor: AtomicUsize::new(0),
+            shards: Sharded::new(VecDeque::new),
         }
-    }
-
-    fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, VecDeque<PageKey>> {
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn push(&self, key: PageKey) {
-        self.lock(key.shard(self.shards.len())).push_back(key);
+        self.shards.lock_key(key).push_back(key);
     }
 
     fn forget_region(&self, region: u64) {
-        for i in 0..self.shards.len() {
-            self.lock(i).retain(|k| k.region != region);
-        }
+        self.shards.for_each(|q| q.retain(|k| k.region != region));
     }
 
     fn len(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+        self.shards.sum(|q| q.len())
     }
 
     fn purge(&self, oracle: &dyn PageOracle) {
         let mut seen = std::collections::HashSet::new();
-        for i in 0..self.shards.len() {
+        self.shards.for_each(|q| {
             seen.clear();
-            self.lock(i).retain(|&k| {
+            q.retain(|&k| {
                 let live = matches!(
                     oracle.probe(k, false),
                     Some(PageProbe {
@@ -156,28 +221,11 @@ impl ShardedQueues {
                 );
                 live && seen.insert(k)
             });
-        }
+        });
     }
 
-    /// Visits shards round robin; `pick` takes from one shard's queue and
-    /// returns how many victims it added.
-    fn select(&self, max: usize, mut pick: impl FnMut(&mut VecDeque<PageKey>, usize) -> usize) {
-        let n = self.shards.len();
-        let mut found = 0;
-        let mut idle_rounds = 0;
-        // Take a few victims per shard per visit, so a batch spreads over
-        // shards (and regions) instead of draining one queue.
-        let per_visit = (max / n).clamp(8, 64);
-        while found < max && idle_rounds < n {
-            let i = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
-            let got = pick(&mut self.lock(i), per_visit.min(max - found));
-            found += got;
-            if got == 0 {
-                idle_rounds += 1;
-            } else {
-                idle_rounds = 0;
-            }
-        }
+    fn select(&self, max: usize, pick: impl FnMut(&mut VecDeque<PageKey>, usize) -> usize) {
+        self.shards.select(max, pick);
     }
 }
 

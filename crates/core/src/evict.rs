@@ -123,7 +123,7 @@ impl Shared {
                                     | Observed::Busy(PageState::Empty)
                             )
                         {
-                            self.policy.inserted(*key);
+                            self.policy.restore(*key);
                         }
                     }
                 }
@@ -172,7 +172,7 @@ impl Shared {
                 if region.pages.unlock(p, PageState::Dirty) {
                     self.uffd.wake(region.page_addr(p), region.page_size);
                 }
-                self.policy.inserted(region.key(p));
+                self.policy.restore(region.key(p));
             }
             w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
         }
@@ -198,7 +198,7 @@ impl Shared {
                     if region.pages.unlock(p, to) {
                         self.uffd.wake(region.page_addr(p), region.page_size);
                     }
-                    self.policy.inserted(region.key(p));
+                    self.policy.restore(region.key(p));
                 }
                 continue;
             }

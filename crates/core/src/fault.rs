@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use umio_cache::{FrameCredit, Observed, PageKey, PageState};
+use umio_cache::{FrameCredit, Observed, PageKey, PageState, Touch};
 
-use crate::prefetch::Miss;
+use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::runtime::Shared;
 use crate::sys::mm::{self, StagingBuffer};
@@ -31,6 +31,8 @@ pub(crate) struct Worker {
     /// Page indices of one region, reused so that eviction on the fault
     /// path does not allocate in steady state.
     pub pages: Vec<usize>,
+    /// What the prefetcher asked for after a fault.
+    pub fetch: FetchList,
 }
 
 impl Worker {
@@ -41,6 +43,7 @@ impl Worker {
             victims: Vec::new(),
             locked: Vec::new(),
             pages: Vec::new(),
+            fetch: FetchList::new(),
         }
     }
 }
@@ -145,8 +148,10 @@ impl Shared {
                     // when done: the miss coalesces with its fill.
                     if region.pages.add_waiter(page) {
                         region.pages.mark_referenced(page);
+                        self.policy.touched(region.key(page), Touch::Coalesced);
                         self.stats.coalesced.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
+                        self.prefetch_after(w, region, page, write, FaultKind::Coalesced);
                         return;
                     }
                 }
@@ -161,10 +166,12 @@ impl Shared {
                         self.stats.stale.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
                         self.uffd.wake(region.page_addr(page), region.page_size);
+                        self.prefetch_after(w, region, page, write, FaultKind::Resolved);
                         return;
                     }
                     if region.pages.try_lock(page, s) {
                         self.make_writable(region, page, s);
+                        self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
                         return;
                     }
                 }
@@ -177,6 +184,7 @@ impl Shared {
     fn make_writable(&self, region: &Region, page: usize, was: PageState) {
         let addr = region.page_addr(page);
         region.pages.mark_referenced(page);
+        self.policy.touched(region.key(page), Touch::FirstWrite);
         // DONTWAKE: the writer must not run (and, say, call `flush`) before
         // the page is counted dirty and unlocked.
         let to = match self.uffd.writeprotect(addr, region.page_size, false, true) {
@@ -269,18 +277,41 @@ impl Shared {
         );
         self.uffd.wake(addr, ps);
         self.policy.inserted(region.key(page));
+        self.prefetch_after(w, region, page, write, FaultKind::Miss);
+    }
 
-        let miss = Miss {
+    /// Shows a resolved fault to the region's prefetcher and fills what it
+    /// asks for, on this filler, after the faulting thread was woken (or,
+    /// for a coalesced fault, while it waits for another thread's fill).
+    /// Uses free cache only.
+    fn prefetch_after(
+        &self,
+        w: &mut Worker,
+        region: &Region,
+        page: usize,
+        write: bool,
+        kind: FaultKind,
+    ) {
+        let fault = Fault {
             page: page as u64,
             pages: region.pages.len() as u64,
+            offset: page * region.page_size,
             write,
+            kind,
             advice: region.advice_for(page as u64),
         };
-        let ahead = region.prefetcher.on_miss(&miss);
-        if !ahead.is_empty() {
-            let end = (ahead.end as usize).min(region.pages.len());
-            self.fill_range(w, region, ahead.start as usize..end, false);
+        let mut fetch = std::mem::take(&mut w.fetch);
+        fetch.clear();
+        region.prefetcher.on_fault(&fault, &mut fetch);
+        for r in fetch.as_slice() {
+            let end = (r.end as usize).min(region.pages.len());
+            let start = r.start as usize;
+            if start < end {
+                self.fill_range(w, region, start..end, false);
+            }
         }
+        fetch.clear();
+        w.fetch = fetch;
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
@@ -451,7 +482,7 @@ impl Shared {
                 break;
             }
             for p in run.clone() {
-                self.policy.inserted(region.key(p));
+                self.policy.prefetched(region.key(p));
             }
             filled += run.len();
             self.release_run(region, run, PageState::Clean);
