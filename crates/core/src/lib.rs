@@ -18,7 +18,9 @@ mod writeback;
 
 pub use error::{Error, Result};
 pub use mapping::{MapOptions, Mapping};
-pub use prefetch::{Advice, Miss, PrefetchKind, Prefetcher, ReadAhead};
+pub use prefetch::{
+    Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
+};
 pub use runtime::{
     Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, kernel_features,
 };

@@ -361,6 +361,55 @@ impl Mapping {
         Ok(())
     }
 
+    /// Starts filling the pages overlapping each of `ranges` (bytes) in the
+    /// background and returns at once: a vectored [`prefetch`](Mapping::prefetch),
+    /// as UMap's `umap_prefetch` takes a list. Every range is checked first;
+    /// if one lies outside the mapping nothing is queued. The ranges are
+    /// filled in offset order, overlapping and adjacent ones merged, in
+    /// batches: each run of consecutive missing pages costs one store read
+    /// and one `UFFDIO_COPY` (up to 2 MiB, and a quarter of the cache).
+    /// Pages already resident are skipped; pages that do not fit in the
+    /// cache evict older ones.
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// let map = rt.map_file(&file, umio_core::MapOptions::new())?;
+    /// // The index blocks a query will read next.
+    /// map.prefetch_ranges(&[0..4096, 1 << 20..(1 << 20) + 65536, 8192..12288])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn prefetch_ranges(&self, ranges: &[Range<usize>]) -> Result<()> {
+        let mut pages = ranges
+            .iter()
+            .map(|r| self.pages_covering(r))
+            .collect::<Result<Vec<_>>>()?;
+        pages.retain(|p| !p.is_empty());
+        if pages.is_empty() {
+            return Ok(());
+        }
+        pages.sort_unstable_by_key(|p| p.start);
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(pages.len());
+        for p in pages {
+            match merged.last_mut() {
+                Some(last) if p.start <= last.end => last.end = last.end.max(p.end),
+                _ => merged.push(p),
+            }
+        }
+        let shared = self.rt.shared();
+        let mut q = shared
+            .prefetch_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        q.extend(merged.into_iter().map(|pages| PrefetchJob {
+            region: self.region.clone(),
+            pages,
+        }));
+        shared.prefetch_signal.notify_one();
+        Ok(())
+    }
+
     /// Advice for a byte range, as with `madvise(2)`. [`Advice::DontNeed`]
     /// needs a range starting on a page boundary and ending on one or at
     /// the end of the mapping (it discards whole pages); the others round

@@ -174,7 +174,9 @@ impl Builder {
         self
     }
 
-    /// A built-in eviction policy. Default CLOCK.
+    /// A built-in eviction policy, for all regions of the runtime (they
+    /// share one cache). Default CLOCK; [`PolicyKind::TwoQ`] keeps a working
+    /// set through scans that run alongside it.
     pub fn eviction(mut self, kind: PolicyKind) -> Self {
         self.policy = PolicySpec::Builtin(kind);
         self
@@ -205,8 +207,10 @@ impl Builder {
     /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
     /// `UMIO_PAGE_SIZE` (sizes accept K, M, G suffixes), `UMIO_FILLERS`,
     /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
-    /// (percent), `UMIO_EVICTION` (`fifo` or `clock`), `UMIO_READAHEAD`
-    /// (largest read-ahead window in bytes, 0 for none),
+    /// (percent), `UMIO_EVICTION` (`fifo`, `clock`, `lru` or `2q`; see
+    /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
+    /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
+    /// bytes, 0 for none),
     /// `UMIO_FILLER_SPIN_US` (microseconds). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
@@ -245,15 +249,9 @@ impl Builder {
                 .map_err(|_| Error::InvalidArgument("UMIO_EVICT_LOW_WATER is not a percentage"))?;
         }
         if let Some(v) = env_var("UMIO_EVICTION") {
-            self.policy = PolicySpec::Builtin(match v.trim().to_ascii_lowercase().as_str() {
-                "fifo" => PolicyKind::Fifo,
-                "clock" => PolicyKind::Clock,
-                _ => {
-                    return Err(Error::InvalidArgument(
-                        "UMIO_EVICTION must be fifo or clock",
-                    ));
-                }
-            });
+            self.policy = PolicySpec::Builtin(PolicyKind::from_name(&v).ok_or(
+                Error::InvalidArgument("UMIO_EVICTION must be fifo, clock, lru or 2q"),
+            )?);
         }
         if let Some(v) = env_var("UMIO_FILLER_SPIN_US") {
             let us: u64 = v
@@ -262,14 +260,42 @@ impl Builder {
                 .map_err(|_| Error::InvalidArgument("UMIO_FILLER_SPIN_US is not a number"))?;
             self.filler_spin = Duration::from_micros(us);
         }
-        if let Some(v) = env_var("UMIO_READAHEAD") {
-            let n = parse_size(&v)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or(Error::InvalidArgument("UMIO_READAHEAD is not a size"))?;
-            self.prefetch = if n == 0 {
+        let kind = match env_var("UMIO_PREFETCH") {
+            None => None,
+            Some(v) => {
+                let v = v.trim().to_ascii_lowercase();
+                match v.as_str() {
+                    "none" | "sequential" | "stride" => Some(v),
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "UMIO_PREFETCH must be none, sequential or stride",
+                        ));
+                    }
+                }
+            }
+        };
+        let window = match env_var("UMIO_READAHEAD") {
+            Some(v) => Some(
+                parse_size(&v)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or(Error::InvalidArgument("UMIO_READAHEAD is not a size"))?,
+            ),
+            None => None,
+        };
+        if kind.is_some() || window.is_some() {
+            let (was_stride, was_window) = match self.prefetch {
+                PrefetchKind::None => (false, 2 << 20),
+                PrefetchKind::Sequential { max_window } => (false, max_window),
+                PrefetchKind::Stride { max_window } => (true, max_window),
+            };
+            let max_window = window.unwrap_or(was_window);
+            let stride = kind.as_deref().map_or(was_stride, |k| k == "stride");
+            self.prefetch = if kind.as_deref() == Some("none") || max_window == 0 {
                 PrefetchKind::None
+            } else if stride {
+                PrefetchKind::Stride { max_window }
             } else {
-                PrefetchKind::Sequential { max_window: n }
+                PrefetchKind::Sequential { max_window }
             };
         }
         Ok(self)
