@@ -1,0 +1,147 @@
+/*
+ * umap/umap.h: LLNL UMap 2.x's C API, served by umio (libumio).
+ *
+ * Programs written for UMap build unchanged:
+ *     cc prog.c -I crates/ffi/include -lumio    (or: pkg-config --cflags --libs umio)
+ * This header is written by hand to keep UMap's declarations;
+ * crates/ffi/tests/headers.rs checks it against libumio's exports.
+ * umio's own, fuller API is in <umio.h>; the two may be used together.
+ *
+ * Where umio differs from UMap, it is on purpose:
+ * - The offset is honoured; the length need not be a multiple of the
+ *   page size; bytes past the end of the file read as zeros (a PROT_WRITE
+ *   mapping reaching past the end extends the file when it is mapped).
+ * - Errors return UMAP_FAILED or -1 with a positive errno (EINVAL, EBADF,
+ *   EACCES, ENODEV, EEXIST, ENOMEM, ...): nothing throws, aborts or prints.
+ *   Nothing is printed at all unless UMAP_LOG_LEVEL asks for it.
+ * - UMAP_PRIVATE and MAP_SHARED behave alike: writes reach the file when
+ *   their page is evicted at the latest, and are durable when umap_flush()
+ *   or uunmap() returns.
+ * - uunmap honours its length: it writes back and unmaps exactly the pages
+ *   of [addr, addr + length) (addr on a page boundary of the region, length
+ *   rounded up to whole pages); the rest stays mapped. A range umap never
+ *   mapped, or already unmapped, fails with EINVAL.
+ * - umap_fetch_and_pin pins: pinned pages are not evicted, and their
+ *   writes are written back like any page's.
+ *
+ * Environment, read when the first region is mapped (a malformed value
+ * makes that umap fail with EINVAL); the umapcfg_get_* getters report the
+ * values in force (before the first mapping, the values it would use):
+ *   UMAP_PAGESIZE                   page size in bytes, a multiple of 4096
+ *                                   (default 65536; UMap's is 4096)
+ *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE
+ *                                   (default: a quarter of physical memory,
+ *                                   64 MiB to 4 GiB)
+ *   UMAP_PAGE_FILLERS               fault-serving threads (default: CPUs, 1-4)
+ *   UMAP_PAGE_EVICTORS              eviction threads (default 1)
+ *   UMAP_EVICT_HIGH_WATER_THRESHOLD percent full to start evicting (90)
+ *   UMAP_EVICT_LOW_WATER_THRESHOLD  percent full to stop evicting (70)
+ *   UMAP_READ_AHEAD                 largest read-ahead in pages (0: none;
+ *                                   default 2 MiB worth)
+ *   UMAP_MAX_FAULT_EVENTS           accepted and reported (default 256);
+ *                                   umio's fillers read up to 64 events at once
+ *   UMAP_LOG_LEVEL                  ERROR, WARNING, INFO or DEBUG: print
+ *                                   umio's log records to stderr
+ * umio.h's umio_config_set_* calls, made before the first mapping,
+ * override these.
+ */
+#ifndef _UMAP_H_
+#define _UMAP_H_
+
+#ifdef __cplusplus
+#include <cstddef>
+#include <cstdint>
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Maps length bytes of the file open as fd, from offset (a multiple of
+ * 4096), as mmap(2) does, with page faults served by umio. prot:
+ * PROT_READ, optionally | PROT_WRITE (fd open O_RDWR). flags: UMAP_PRIVATE
+ * or MAP_SHARED, optionally | UMAP_FIXED (addr then a non-NULL multiple of
+ * 4096; EEXIST if it overlaps another umio region). Without UMAP_FIXED,
+ * addr is ignored. Returns the region's address, or UMAP_FAILED with errno.
+ */
+void* umap(
+    void* addr
+  , size_t length
+  , int prot
+  , int flags
+  , int fd
+  , off_t offset
+);
+
+/*
+ * Writes back and unmaps [addr, addr + length) of a region (see above).
+ * Returns 0, or -1 with errno: EINVAL for a range umio does not map, or
+ * the write-back's errno (the range is unmapped anyway).
+ */
+int uunmap(
+    void*  addr
+  , size_t length
+);
+
+/*
+ * Writes back every region's dirty pages and makes them durable. Returns
+ * 0, or -1 with the errno of the first failure (failed pages stay dirty).
+ */
+int umap_flush(void);
+
+struct umap_prefetch_item {
+  void* page_base_addr;
+};
+
+/* 1 if regions may be mapped with PROT_WRITE on this kernel, else 0. */
+int umap_has_write_support(void);
+
+/*
+ * Starts filling the pages holding page_array[0 .. npages - 1]'s
+ * addresses in the background. On a bad argument (an address in no
+ * region, npages < 0, page_array NULL) nothing is prefetched and errno is
+ * set to EINVAL; errno is left alone on success.
+ */
+void umap_prefetch( int npages, struct umap_prefetch_item* page_array );
+
+/*
+ * Reads the pages of [paddr, paddr + size) now and pins them. On failure
+ * errno is set (EINVAL; ENOMEM if pinned pages would hold more than half
+ * of the cache; the store's errno); errno is left alone on success.
+ */
+void umap_fetch_and_pin( char* paddr, uint64_t size );
+
+long     umapcfg_get_system_page_size( void );
+uint64_t umapcfg_get_umap_page_size( void );
+uint64_t umapcfg_get_max_fault_events( void );
+uint64_t umapcfg_get_num_fillers( void );
+uint64_t umapcfg_get_num_evictors( void );
+uint64_t umapcfg_get_max_pages_in_buffer( void );
+uint64_t umapcfg_get_read_ahead( void );
+int      umapcfg_get_evict_low_water_threshold( void );
+int      umapcfg_get_evict_high_water_threshold( void );
+
+#ifdef __cplusplus
+}
+#endif
+
+/*
+ * flags
+ */
+#define UMAP_PRIVATE    MAP_PRIVATE /* MAP_SHARED is accepted too, with the same behaviour */
+#define UMAP_FIXED      MAP_FIXED
+
+/*
+ * Return codes
+ */
+#define UMAP_FAILED ((void *)-1)
+
+#endif /* _UMAP_H_ */

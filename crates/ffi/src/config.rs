@@ -1,0 +1,395 @@
+//! The C library's runtime: one per process, built when the first region
+//! is mapped, from (in rising order of precedence) umio's defaults, the
+//! `UMAP_*` environment and the `umio_config_set_*` calls made before.
+//!
+//! Every setting is passed to the builder explicitly, so what the getters
+//! report is what is in force by construction.
+
+use std::ffi::{CStr, CString};
+use std::sync::{Mutex, OnceLock};
+
+use log::LevelFilter;
+use umio_cache::PolicyKind;
+use umio_core::{MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime};
+
+use crate::boundary::Errno;
+use crate::logging;
+
+/// `UMAP_MAX_FAULT_EVENTS` when unset (UMap's default).
+const DEFAULT_MAX_FAULT_EVENTS: u64 = 256;
+
+/// Largest read-ahead window by default: umio's default (2 MiB).
+const DEFAULT_READ_AHEAD: usize = 2 << 20;
+
+/// How big the cache is to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CacheSize {
+    /// In pages of the runtime's page size (`UMAP_BUFSIZE`).
+    Pages(u64),
+    /// In bytes (`umio_config_set_cache_bytes`).
+    Bytes(u64),
+}
+
+/// Settings given by `umio_config_set_*`; `None` leaves the environment
+/// or the default in force.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overrides {
+    pub page_size: Option<usize>,
+    pub cache_bytes: Option<u64>,
+    pub fillers: Option<usize>,
+    pub evictors: Option<usize>,
+    pub watermarks: Option<(u8, u8)>,
+    pub eviction: Option<PolicyKind>,
+    pub read_ahead: Option<usize>,
+}
+
+/// A resolved configuration: what the runtime runs (or will run) with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub page_size: usize,
+    pub cache_bytes: u64,
+    pub fillers: usize,
+    pub evictors: usize,
+    pub high_water: u8,
+    pub low_water: u8,
+    pub eviction: PolicyKind,
+    /// Largest read-ahead window in bytes; 0 for none.
+    pub read_ahead: usize,
+    pub max_fault_events: u64,
+    pub log_level: Option<LevelFilter>,
+}
+
+impl Settings {
+    fn builder(&self) -> umio_core::Builder {
+        Runtime::builder()
+            .page_size(self.page_size)
+            .cache_bytes(self.cache_bytes)
+            .fillers(self.fillers)
+            .evictors(self.evictors)
+            .watermarks(self.high_water, self.low_water)
+            .eviction(self.eviction)
+            .prefetch(prefetch_kind(self.read_ahead))
+    }
+}
+
+/// The prefetch policy for a largest read-ahead window (0: none).
+pub(crate) fn prefetch_kind(read_ahead: usize) -> PrefetchKind {
+    if read_ahead == 0 {
+        PrefetchKind::None
+    } else {
+        PrefetchKind::Sequential {
+            max_window: read_ahead,
+        }
+    }
+}
+
+/// An eviction policy by name (`"fifo"`, `"clock"`, `"lru"`, `"2q"`; any
+/// case), as umio-cache spells them.
+pub(crate) fn parse_policy(name: &str) -> Option<PolicyKind> {
+    PolicyKind::from_name(name)
+}
+
+/// A policy's name as a C string, for `struct umio_config`.
+pub(crate) fn policy_c_name(kind: PolicyKind) -> &'static CStr {
+    static NAMES: OnceLock<Vec<(PolicyKind, CString)>> = OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            PolicyKind::ALL
+                .into_iter()
+                .filter_map(|k| Some((k, CString::new(k.name()).ok()?)))
+                .collect()
+        })
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(c"", |(_, name)| name.as_c_str())
+}
+
+pub(crate) fn check_page_size(bytes: usize) -> Result<(), Errno> {
+    if (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) && bytes.is_multiple_of(MIN_PAGE_SIZE) {
+        Ok(())
+    } else {
+        Err(Errno(libc::EINVAL))
+    }
+}
+
+pub(crate) fn check_watermarks(high: u32, low: u32) -> Result<(u8, u8), Errno> {
+    if high == 0 || high > 100 || low > high {
+        return Err(Errno(libc::EINVAL));
+    }
+    Ok((high as u8, low as u8))
+}
+
+/// The environment, read through a function so tests can supply their own.
+trait Env {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    }
+}
+
+fn env_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno> {
+    match env.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| Errno(libc::EINVAL)),
+    }
+}
+
+/// umio's default cache bound: a quarter of physical memory, 64 MiB to
+/// 4 GiB (the same rule as `umio_core::Builder`'s default).
+fn default_cache_bytes() -> u64 {
+    // SAFETY: sysconf reads a system constant.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let total = if pages > 0 {
+        pages as u64 * 4096
+    } else {
+        1 << 30
+    };
+    (total / 4).clamp(64 << 20, 4 << 30)
+}
+
+fn default_fillers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
+}
+
+fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
+    let small = |n: u64| usize::try_from(n).map_err(|_| Errno(libc::EINVAL));
+    let page_size = match o.page_size {
+        Some(p) => p,
+        None => match env_number(env, "UMAP_PAGESIZE")? {
+            Some(p) => small(p)?,
+            None => 64 << 10,
+        },
+    };
+    check_page_size(page_size)?;
+    let cache = match o.cache_bytes {
+        Some(b) => Some(CacheSize::Bytes(b)),
+        None => env_number(env, "UMAP_BUFSIZE")?.map(CacheSize::Pages),
+    };
+    let cache_bytes = match cache {
+        None => default_cache_bytes(),
+        Some(CacheSize::Bytes(b)) => b,
+        Some(CacheSize::Pages(n)) => n.checked_mul(page_size as u64).ok_or(Errno(libc::EINVAL))?,
+    };
+    let fillers = match o.fillers {
+        Some(n) => n,
+        None => match env_number(env, "UMAP_PAGE_FILLERS")? {
+            Some(n) => small(n)?,
+            None => default_fillers(),
+        },
+    };
+    let evictors = match o.evictors {
+        Some(n) => n,
+        None => match env_number(env, "UMAP_PAGE_EVICTORS")? {
+            Some(n) => small(n)?,
+            None => 1,
+        },
+    };
+    let (high_water, low_water) = match o.watermarks {
+        Some(w) => w,
+        None => {
+            let pct = |n: u64| u32::try_from(n).map_err(|_| Errno(libc::EINVAL));
+            let high = env_number(env, "UMAP_EVICT_HIGH_WATER_THRESHOLD")?.map_or(Ok(90), pct)?;
+            let low = env_number(env, "UMAP_EVICT_LOW_WATER_THRESHOLD")?.map_or(Ok(70), pct)?;
+            check_watermarks(high, low)?
+        }
+    };
+    let eviction = match o.eviction {
+        Some(k) => k,
+        None => match env.get("UMIO_EVICTION") {
+            Some(v) => parse_policy(&v).ok_or(Errno(libc::EINVAL))?,
+            None => PolicyKind::default(),
+        },
+    };
+    let read_ahead = match o.read_ahead {
+        Some(b) => b,
+        None => match env_number(env, "UMAP_READ_AHEAD")? {
+            Some(pages) => small(pages)?
+                .checked_mul(page_size)
+                .ok_or(Errno(libc::EINVAL))?,
+            None => DEFAULT_READ_AHEAD,
+        },
+    };
+    let max_fault_events = match env_number(env, "UMAP_MAX_FAULT_EVENTS")? {
+        Some(0) => return Err(Errno(libc::EINVAL)),
+        Some(n) => n,
+        None => DEFAULT_MAX_FAULT_EVENTS,
+    };
+    let log_level = match env.get("UMAP_LOG_LEVEL") {
+        Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
+        None => None,
+    };
+    Ok(Settings {
+        page_size,
+        cache_bytes,
+        fillers,
+        evictors,
+        high_water,
+        low_water,
+        eviction,
+        read_ahead,
+        max_fault_events,
+        log_level,
+    })
+}
+
+struct Lib {
+    overrides: Overrides,
+    running: Option<(Runtime, Settings)>,
+}
+
+static LIB: Mutex<Lib> = Mutex::new(Lib {
+    overrides: Overrides {
+        page_size: None,
+        cache_bytes: None,
+        fillers: None,
+        evictors: None,
+        watermarks: None,
+        eviction: None,
+        read_ahead: None,
+    },
+    running: None,
+});
+
+fn lib() -> std::sync::MutexGuard<'static, Lib> {
+    LIB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The runtime, started now from the environment and the setters if this
+/// is the first mapping. A failed start is not remembered: the next call
+/// tries again (with the environment as it is then).
+pub(crate) fn runtime() -> Result<Runtime, Errno> {
+    let mut lib = lib();
+    if let Some((rt, _)) = &lib.running {
+        return Ok(rt.clone());
+    }
+    let settings = resolve(&ProcessEnv, &lib.overrides)?;
+    if let Some(level) = settings.log_level {
+        logging::start(level);
+    }
+    let rt = settings.builder().build()?;
+    log::info!("umio: runtime started: {settings:?}");
+    lib.running = Some((rt.clone(), settings));
+    Ok(rt)
+}
+
+/// The settings in force, or, before the first mapping, those a mapping
+/// made now would start the runtime with; and whether it runs.
+pub(crate) fn current() -> Result<(Settings, bool), Errno> {
+    let lib = lib();
+    match &lib.running {
+        Some((_, s)) => Ok((s.clone(), true)),
+        None => Ok((resolve(&ProcessEnv, &lib.overrides)?, false)),
+    }
+}
+
+/// Changes a setting before the runtime starts; `EBUSY` after.
+pub(crate) fn set(change: impl FnOnce(&mut Overrides)) -> Result<(), Errno> {
+    let mut lib = lib();
+    if lib.running.is_some() {
+        return Err(Errno(libc::EBUSY));
+    }
+    change(&mut lib.overrides);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    struct Vars(HashMap<&'static str, &'static str>);
+
+    impl Env for Vars {
+        fn get(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|v| v.to_string())
+        }
+    }
+
+    fn vars(pairs: &[(&'static str, &'static str)]) -> Vars {
+        Vars(pairs.iter().copied().collect())
+    }
+
+    #[test]
+    fn defaults_are_umios_and_umaps() {
+        let s = resolve(&vars(&[]), &Overrides::default()).unwrap();
+        assert_eq!(s.page_size, 64 << 10);
+        assert_eq!((s.high_water, s.low_water), (90, 70));
+        assert_eq!(s.max_fault_events, 256);
+        assert_eq!(s.evictors, 1);
+        assert_eq!(s.read_ahead, 2 << 20);
+        assert_eq!(s.log_level, None);
+        assert_eq!(s.cache_bytes, default_cache_bytes());
+    }
+
+    #[test]
+    fn umap_variables_are_read_in_their_units() {
+        let env = vars(&[
+            ("UMAP_PAGESIZE", "16384"),
+            ("UMAP_BUFSIZE", "100"),
+            ("UMAP_PAGE_FILLERS", "3"),
+            ("UMAP_PAGE_EVICTORS", "2"),
+            ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "80"),
+            ("UMAP_EVICT_LOW_WATER_THRESHOLD", "50"),
+            ("UMAP_MAX_FAULT_EVENTS", "128"),
+            ("UMAP_READ_AHEAD", "4"),
+            ("UMAP_LOG_LEVEL", "info"),
+            ("UMIO_EVICTION", "fifo"),
+        ]);
+        let s = resolve(&env, &Overrides::default()).unwrap();
+        assert_eq!(s.page_size, 16384);
+        assert_eq!(s.cache_bytes, 100 * 16384);
+        assert_eq!((s.fillers, s.evictors), (3, 2));
+        assert_eq!((s.high_water, s.low_water), (80, 50));
+        assert_eq!(s.max_fault_events, 128);
+        assert_eq!(s.read_ahead, 4 * 16384);
+        assert_eq!(s.log_level, Some(LevelFilter::Info));
+        assert_eq!(s.eviction, PolicyKind::Fifo);
+    }
+
+    #[test]
+    fn every_policy_has_a_c_name_that_parses_back() {
+        for kind in PolicyKind::ALL {
+            let name = policy_c_name(kind).to_str().unwrap();
+            assert_eq!(parse_policy(name), Some(kind), "{name}");
+        }
+    }
+
+    #[test]
+    fn setters_win_over_the_environment() {
+        let env = vars(&[("UMAP_PAGESIZE", "16384"), ("UMAP_BUFSIZE", "100")]);
+        let o = Overrides {
+            page_size: Some(8192),
+            cache_bytes: Some(1 << 20),
+            ..Overrides::default()
+        };
+        let s = resolve(&env, &o).unwrap();
+        assert_eq!((s.page_size, s.cache_bytes), (8192, 1 << 20));
+    }
+
+    #[test]
+    fn malformed_variables_are_einval() {
+        for (k, v) in [
+            ("UMAP_PAGESIZE", "lots"),
+            ("UMAP_PAGESIZE", "1000"),
+            ("UMAP_BUFSIZE", "-1"),
+            ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "101"),
+            ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
+            ("UMAP_MAX_FAULT_EVENTS", "0"),
+            ("UMAP_LOG_LEVEL", "chatty"),
+            ("UMIO_EVICTION", "arc"),
+        ] {
+            let r = resolve(&vars(&[(k, v)]), &Overrides::default());
+            assert_eq!(r, Err(Errno(libc::EINVAL)), "{k}={v}");
+        }
+    }
+}

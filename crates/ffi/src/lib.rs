@@ -1,0 +1,30 @@
+//! libumio: umio's C ABI.
+//!
+//! `cargo build --release -p umio-ffi` builds `target/release/libumio.so`
+//! and `libumio.a`. C programs include either or both of:
+//!
+//! - `umap/umap.h`: LLNL UMap 2.x's API (`umap`, `uunmap`, `umap_flush`,
+//!   `umap_prefetch`, `umap_fetch_and_pin`, the `umapcfg_get_*` getters and
+//!   the `UMAP_*` environment), so that programs written for UMap build
+//!   unchanged with `-I crates/ffi/include -lumio`;
+//! - `umio.h`: umio's own API, generated from [`native`] and [`store`] by
+//!   cbindgen: `umio_map` with options (page size, prefetch, a store
+//!   written in C), partial unmap, flush, prefetch, advice, pinning,
+//!   per-mapping counters, and runtime configuration.
+//!
+//! This crate only translates: C arguments to umio-core calls, umio's
+//! errors to errno. Every export runs inside [`boundary::ffi_boundary!`],
+//! which catches panics and sets a positive errno; nothing is printed
+//! unless `UMAP_LOG_LEVEL` asks for it.
+//!
+//! The process has one runtime, started when the first region is mapped
+//! ([`config`]); mappings are found by address in [`registry`].
+
+mod boundary;
+mod config;
+mod logging;
+mod map;
+pub mod native;
+mod registry;
+pub mod store;
+pub mod umap;

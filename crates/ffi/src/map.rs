@@ -1,0 +1,140 @@
+//! `mmap`-style arguments translated to a [`MapOptions`], shared by
+//! `umap` and `umio_map`.
+
+use std::ffi::{c_int, c_void};
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::sync::Arc;
+
+use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind};
+
+use crate::boundary::Errno;
+use crate::store::CStore;
+use crate::{config, registry};
+
+/// Where the mapped bytes live.
+pub(crate) enum Source {
+    /// A file or block device.
+    Fd(c_int),
+    /// A store written in C.
+    Store(CStore),
+}
+
+/// A map request with `mmap`'s arguments.
+pub(crate) struct Request {
+    pub addr: *mut c_void,
+    /// Bytes to map; `None`: from the offset to the end of the store.
+    pub len: Option<usize>,
+    pub prot: c_int,
+    pub flags: c_int,
+    pub offset: libc::off_t,
+    pub page_size: Option<usize>,
+    pub prefetch: Option<PrefetchKind>,
+}
+
+/// Flags a mapping may have: one of `MAP_PRIVATE` and `MAP_SHARED` (the
+/// same here: writes reach the store either way), and `MAP_FIXED`.
+const KNOWN_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_SHARED | libc::MAP_FIXED;
+
+/// Validates the request and maps it; returns the mapping's address.
+pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
+    let einval = Errno(libc::EINVAL);
+    if req.prot == 0 || req.prot & !(libc::PROT_READ | libc::PROT_WRITE) != 0 {
+        return Err(einval);
+    }
+    let sharing = req.flags & (libc::MAP_PRIVATE | libc::MAP_SHARED);
+    if req.flags & !KNOWN_FLAGS != 0
+        || (sharing != libc::MAP_PRIVATE && sharing != libc::MAP_SHARED)
+    {
+        return Err(einval);
+    }
+    let fixed = req.flags & libc::MAP_FIXED != 0;
+    if fixed && (req.addr.is_null() || !(req.addr as usize).is_multiple_of(MIN_PAGE_SIZE)) {
+        return Err(einval);
+    }
+    let offset = u64::try_from(req.offset).map_err(|_| einval)?;
+    if let Some(p) = req.page_size {
+        config::check_page_size(p)?;
+    }
+    let mut opts = MapOptions::new()
+        .offset(offset)
+        .writable(req.prot & libc::PROT_WRITE != 0);
+    if let Some(len) = req.len {
+        opts = opts.len(len);
+    }
+    if let Some(p) = req.page_size {
+        opts = opts.page_size(p);
+    }
+    if let Some(k) = req.prefetch {
+        opts = opts.prefetch(k);
+    }
+    if fixed {
+        // SAFETY: the C caller asked for MAP_FIXED, whose contract (as for
+        // mmap) is that whatever it had mapped at [addr, addr + len) is
+        // replaced; umio refuses overlap with its own regions (EEXIST).
+        opts = unsafe { opts.fixed_address(req.addr as usize) };
+    }
+    let mapping = match source {
+        Source::Fd(fd) => {
+            let file = dup(fd)?;
+            let rt = config::runtime()?;
+            rt.map_file(&file, opts)?
+        }
+        Source::Store(store) => {
+            if !store.is_complete() {
+                return Err(einval);
+            }
+            let rt = config::runtime()?;
+            rt.map(opts.store(Arc::new(store)))?
+        }
+    };
+    let addr = registry::insert(mapping);
+    log::debug!(
+        "umio: mapped {:?} bytes at {addr:#x}, offset {offset}, prot {:#x}, flags {:#x}",
+        req.len,
+        req.prot,
+        req.flags
+    );
+    Ok(addr as *mut c_void)
+}
+
+/// A duplicate of the caller's descriptor, so that the caller keeps its
+/// own; `EBADF` if it is not open.
+fn dup(fd: c_int) -> Result<File, Errno> {
+    if fd < 0 {
+        return Err(Errno(libc::EBADF));
+    }
+    // SAFETY: F_DUPFD_CLOEXEC takes no pointer; on a descriptor that is
+    // not open it fails with EBADF.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EBADF),
+        ));
+    }
+    // SAFETY: `new` is a descriptor this function just created and that
+    // nothing else owns.
+    Ok(unsafe { File::from_raw_fd(new) })
+}
+
+/// Unmaps `[addr, addr + len)`: `addr` on a page boundary of the mapping
+/// containing it, `len` rounded up to whole pages, as `munmap` does.
+pub(crate) fn unmap(addr: *mut c_void, len: usize) -> Result<(), Errno> {
+    if addr.is_null() || len == 0 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let mapping = registry::get(addr)?;
+    let range = registry::relative(&mapping, addr, len)?;
+    let ps = mapping.page_size();
+    if !range.start.is_multiple_of(ps) {
+        return Err(Errno(libc::EINVAL));
+    }
+    let end = range.end.next_multiple_of(ps).min(mapping.len());
+    let result = mapping.unmap_range(range.start..end);
+    registry::forget_if_unmapped(&mapping);
+    result?;
+    log::debug!("umio: unmapped {len} bytes at {addr:p}");
+    Ok(())
+}

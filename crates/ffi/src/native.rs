@@ -1,0 +1,502 @@
+//! umio's own C API (`umio.h`, generated from this file by cbindgen).
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+
+use umio_core::{Advice, PrefetchKind};
+
+use crate::boundary::{Errno, check_ptr, ffi_boundary};
+use crate::map::{self, Request, Source};
+use crate::store::{CStore, umio_store_ops};
+use crate::{config, registry};
+
+/// Read-ahead window of a region whose options name a policy but no window.
+const DEFAULT_WINDOW: usize = 2 << 20;
+
+/// No special treatment (the same value as `MADV_NORMAL`).
+pub const UMIO_ADVICE_NORMAL: c_int = 0;
+/// Expect random access: no read-ahead (`MADV_RANDOM`).
+pub const UMIO_ADVICE_RANDOM: c_int = 1;
+/// Expect sequential access: read ahead with the largest window
+/// (`MADV_SEQUENTIAL`).
+pub const UMIO_ADVICE_SEQUENTIAL: c_int = 2;
+/// Expect access soon: fetch the range in the background now
+/// (`MADV_WILLNEED`).
+pub const UMIO_ADVICE_WILLNEED: c_int = 3;
+/// Drop the range's pages without writing them back; the next access reads
+/// the store again (`MADV_DONTNEED`). The range must start on a page
+/// boundary and end on one or at the end of the mapping.
+pub const UMIO_ADVICE_DONTNEED: c_int = 4;
+
+/// Options of `umio_map`. All zeros (or a NULL pointer) means the
+/// runtime's defaults.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct umio_map_options {
+    /// Fill unit of this region in bytes: a multiple of 4096 up to 1 GiB
+    /// and at most a quarter of the cache. 0: the runtime's page size.
+    pub page_size: usize,
+    /// Prefetch policy by name: `"none"`, `"sequential"` (adaptive
+    /// read-ahead) or `"stride"` (fetches ahead along a detected stride,
+    /// forward or backward). NULL or `""`: the runtime's, or
+    /// `"sequential"` if `read_ahead` is set.
+    pub prefetch: *const c_char,
+    /// Largest read-ahead window in bytes for `"sequential"` and
+    /// `"stride"`; 0: 2 MiB. Must be 0 with `"none"`.
+    pub read_ahead: usize,
+    /// Eviction policy by name: `"fifo"`, `"clock"`, `"lru"` or `"2q"`.
+    /// Eviction is runtime-wide (see `umio_config_set_eviction`): a name
+    /// other than the runtime's fails with `EOPNOTSUPP`. NULL or `""`: the
+    /// runtime's.
+    pub eviction: *const c_char,
+    /// A store written in C to map instead of a file; `fd` must then be -1.
+    /// NULL: map `fd`.
+    pub store: *const umio_store_ops,
+}
+
+/// Counters of one mapping since it was mapped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct umio_stats {
+    /// Page faults served.
+    pub faults: u64,
+    /// Of those, faults served without a store read (the page was being
+    /// filled already, or was resident, or was clean and written first).
+    pub hits: u64,
+    /// Pages read from the store (misses and prefetch).
+    pub fills: u64,
+    /// Of those, pages read by prefetch or read-ahead.
+    pub prefetched: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Store writes made by write-back (each covers a run of pages).
+    pub writebacks: u64,
+    /// Bytes read from the store.
+    pub bytes_read: u64,
+    /// Bytes written to the store.
+    pub bytes_written: u64,
+}
+
+/// The runtime's configuration: see `umio_config_get`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct umio_config {
+    /// Default page size of regions in bytes.
+    pub page_size: u64,
+    /// Bound on the bytes of all resident pages together.
+    pub cache_bytes: u64,
+    /// Threads serving page faults.
+    pub fillers: u32,
+    /// Background eviction threads.
+    pub evictors: u32,
+    /// Percent of the cache at which background eviction starts.
+    pub high_water: u32,
+    /// Percent of the cache at which it stops.
+    pub low_water: u32,
+    /// Default largest read-ahead window in bytes; 0: no read-ahead.
+    pub read_ahead: u64,
+    /// The eviction policy's name: `"fifo"`, `"clock"`, `"lru"` or `"2q"` (a
+    /// static string).
+    pub eviction: *const c_char,
+    /// 1 once the runtime runs (the settings are then fixed), else 0.
+    pub running: c_int,
+}
+
+/// A NUL-terminated name, or `None` for NULL or `""`.
+///
+/// # Safety
+/// `name` is NULL or points to a NUL-terminated string.
+unsafe fn name<'a>(name: *const c_char) -> Result<Option<&'a str>, Errno> {
+    if name.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null, and the caller promised a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| Errno(libc::EINVAL))?;
+    Ok(Some(s).filter(|s| !s.is_empty()))
+}
+
+/// Maps `len` bytes of the file open as `fd` (or of `options->store`) from
+/// `offset`, as `mmap` does, with page faults served by umio.
+///
+/// `prot` is `PROT_READ`, optionally with `PROT_WRITE` (which needs a
+/// descriptor open read-write, else `EACCES`); `flags` is `MAP_SHARED` or
+/// `MAP_PRIVATE` (the same here: writes reach the file at the latest on
+/// flush or unmap), optionally with `MAP_FIXED`. `offset` is a multiple of
+/// 4096. `len` 0 maps from `offset` to the end of the store. Bytes past
+/// the end of the store read as zeros; a `PROT_WRITE` mapping reaching
+/// past the end extends the store when it is mapped.
+///
+/// Returns the address, or `UMIO_FAILED` with errno: `EINVAL` (bad
+/// `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
+/// (`fd` not open), `EACCES` (file not open for reading, or `PROT_WRITE`
+/// on a read-only descriptor or store), `ENODEV` (not a regular file or
+/// block device), `EEXIST` (`MAP_FIXED` over another umio mapping),
+/// `EOPNOTSUPP`, `ENOMEM`, or the errno of the store or the system call
+/// that failed.
+///
+/// # Safety
+/// `options` is NULL or points to a valid `struct umio_map_options` whose
+/// strings are NUL-terminated and whose store (if any) follows the
+/// contract of `struct umio_store_ops`. With `MAP_FIXED`, whatever the
+/// process had mapped at `[addr, addr + len)` is replaced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_map(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+    options: *const umio_map_options,
+) -> *mut c_void {
+    ffi_boundary!(libc::MAP_FAILED, {
+        let mut req = Request {
+            addr,
+            len: (len != 0).then_some(len),
+            prot,
+            flags,
+            offset,
+            page_size: None,
+            prefetch: None,
+        };
+        if options.is_null() {
+            return map::map(req, Source::Fd(fd));
+        }
+        check_ptr(options)?;
+        // SAFETY: non-null, aligned, and the caller promised a valid struct.
+        let o = unsafe { &*options };
+        // From here on the store is umio's: dropped (and released) on
+        // every early return.
+        let source = if o.store.is_null() {
+            Source::Fd(fd)
+        } else {
+            check_ptr(o.store)?;
+            // SAFETY: non-null, aligned, valid by the caller's promise.
+            let store = CStore::new(unsafe { &*o.store });
+            if fd != -1 {
+                return Err(Errno(libc::EINVAL));
+            }
+            Source::Store(store)
+        };
+        req.page_size = (o.page_size != 0).then_some(o.page_size);
+        let window = if o.read_ahead == 0 {
+            DEFAULT_WINDOW
+        } else {
+            o.read_ahead
+        };
+        // SAFETY: the caller promised NUL-terminated strings or NULL.
+        req.prefetch = match (unsafe { name(o.prefetch) }?, o.read_ahead) {
+            (None, 0) => None,
+            (None, _) | (Some("sequential"), _) => {
+                Some(PrefetchKind::Sequential { max_window: window })
+            }
+            (Some("stride"), _) => Some(PrefetchKind::Stride { max_window: window }),
+            (Some("none"), 0) => Some(PrefetchKind::None),
+            _ => return Err(Errno(libc::EINVAL)),
+        };
+        // SAFETY: as above.
+        if let Some(wanted) = unsafe { name(o.eviction) }? {
+            let wanted = config::parse_policy(wanted).ok_or(Errno(libc::EINVAL))?;
+            config::runtime()?;
+            if config::current()?.0.eviction != wanted {
+                return Err(Errno(libc::EOPNOTSUPP));
+            }
+        }
+        map::map(req, source)
+    })
+}
+
+/// Writes back and unmaps `[addr, addr + len)` of a mapping: `addr` on one
+/// of its page boundaries, `len` rounded up to whole pages; the rest stays
+/// mapped. Returns 0, or -1 with errno `EINVAL` (a range umio does not
+/// map, or no longer maps) or the write-back's errno (the range is unmapped
+/// anyway).
+///
+/// # Safety
+/// Nothing may use the unmapped memory afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_unmap(addr: *mut c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        map::unmap(addr, len)?;
+        Ok(0)
+    })
+}
+
+/// Writes back the dirty pages of `[addr, addr + len)` and makes them
+/// durable; `len` 0: from `addr` to the end of its mapping. Returns 0, or
+/// -1 with errno `EINVAL` (not a range of one umio mapping) or the store's
+/// errno (the failed pages stay dirty).
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_flush(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.flush_range(range)?;
+        Ok(0)
+    })
+}
+
+/// Starts filling the pages of `[addr, addr + len)` in the background and
+/// returns at once; `len` 0: to the end of the mapping. Returns 0, or -1
+/// with errno `EINVAL`.
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_prefetch(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.prefetch(range)?;
+        Ok(0)
+    })
+}
+
+/// Advice for `[addr, addr + len)`, as `madvise(2)`: one of the
+/// `UMIO_ADVICE_*` values (equal to Linux's `MADV_*`). `len` 0: to the end
+/// of the mapping. Returns 0, or -1 with errno `EINVAL`.
+///
+/// # Safety
+/// After `UMIO_ADVICE_DONTNEED`, changes not yet written back are lost.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_advise(addr: *const c_void, len: usize, advice: c_int) -> c_int {
+    ffi_boundary!(-1, {
+        let advice = match advice {
+            UMIO_ADVICE_NORMAL => Advice::Normal,
+            UMIO_ADVICE_RANDOM => Advice::Random,
+            UMIO_ADVICE_SEQUENTIAL => Advice::Sequential,
+            UMIO_ADVICE_WILLNEED => Advice::WillNeed,
+            UMIO_ADVICE_DONTNEED => Advice::DontNeed,
+            _ => return Err(Errno(libc::EINVAL)),
+        };
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.advise(range, advice)?;
+        Ok(0)
+    })
+}
+
+/// Reads the pages of `[addr, addr + len)` now and pins them: they are not
+/// evicted until `umio_unpin`, and flush and unmap write them back like
+/// any page. Returns 0, or -1 with errno `EINVAL`, `ENOMEM` (pinned pages
+/// would hold more than half of the cache) or the store's errno.
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_pin(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.pin(range)?;
+        Ok(0)
+    })
+}
+
+/// Unpins the pages of `[addr, addr + len)`. Returns 0, or -1 with errno
+/// `EINVAL`.
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_unpin(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.unpin(range)?;
+        Ok(0)
+    })
+}
+
+/// Copies the counters of the mapping holding `addr` to `*out`. Returns 0,
+/// or -1 with errno `EINVAL` (`out` NULL or misaligned, or `addr` in no
+/// umio mapping).
+///
+/// # Safety
+/// `out` points to writable memory for a `struct umio_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -> c_int {
+    ffi_boundary!(-1, {
+        check_ptr(out)?;
+        let s = registry::get(addr)?.stats();
+        let stats = umio_stats {
+            faults: s.faults,
+            hits: s.hits,
+            fills: s.fills,
+            prefetched: s.prefetched,
+            evictions: s.evictions,
+            writebacks: s.writebacks,
+            bytes_read: s.bytes_read,
+            bytes_written: s.bytes_written,
+        };
+        // SAFETY: checked non-null and aligned; the caller promised it is
+        // writable.
+        unsafe { out.write(stats) };
+        Ok(0)
+    })
+}
+
+/// Copies the runtime's configuration to `*out`: the settings in force,
+/// or before the first mapping those it would start with (defaults, the
+/// `UMAP_*` environment, and the setters called so far). Returns 0, or -1
+/// with errno `EINVAL` (`out` NULL or misaligned, or a malformed `UMAP_*`
+/// variable).
+///
+/// # Safety
+/// `out` points to writable memory for a `struct umio_config`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
+    ffi_boundary!(-1, {
+        check_ptr(out)?;
+        let (s, running) = config::current()?;
+        let eviction = config::policy_c_name(s.eviction);
+        let c = umio_config {
+            page_size: s.page_size as u64,
+            cache_bytes: s.cache_bytes,
+            fillers: s.fillers.try_into().unwrap_or(u32::MAX),
+            evictors: s.evictors.try_into().unwrap_or(u32::MAX),
+            high_water: s.high_water.into(),
+            low_water: s.low_water.into(),
+            read_ahead: s.read_ahead as u64,
+            eviction: eviction.as_ptr(),
+            running: running.into(),
+        };
+        // SAFETY: checked non-null and aligned; the caller promised it is
+        // writable.
+        unsafe { out.write(c) };
+        Ok(0)
+    })
+}
+
+/// Default page size of regions in bytes: a multiple of 4096 up to 1 GiB
+/// (default 64 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
+/// call, it overrides the environment, works only before the first
+/// mapping (after it: -1 with errno `EBUSY`), and fails with `EINVAL` for
+/// a value out of range.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_page_size(bytes: usize) -> c_int {
+    ffi_boundary!(-1, {
+        config::check_page_size(bytes)?;
+        config::set(|o| o.page_size = Some(bytes))?;
+        Ok(0)
+    })
+}
+
+/// Bound on the bytes of all resident pages together: at least 4 pages
+/// (checked at the first mapping). Default: a quarter of physical memory,
+/// 64 MiB to 4 GiB; `UMAP_BUFSIZE` gives it in pages.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_cache_bytes(bytes: u64) -> c_int {
+    ffi_boundary!(-1, {
+        if bytes == 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        config::set(|o| o.cache_bytes = Some(bytes))?;
+        Ok(0)
+    })
+}
+
+/// Threads serving page faults: 1 to 256 (default: CPUs, 1 to 4;
+/// `UMAP_PAGE_FILLERS`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_fillers(n: c_uint) -> c_int {
+    ffi_boundary!(-1, {
+        if !(1..=256).contains(&n) {
+            return Err(Errno(libc::EINVAL));
+        }
+        config::set(|o| o.fillers = Some(n as usize))?;
+        Ok(0)
+    })
+}
+
+/// Background eviction threads: 0 to 64 (default 1; `UMAP_PAGE_EVICTORS`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_evictors(n: c_uint) -> c_int {
+    ffi_boundary!(-1, {
+        if n > 64 {
+            return Err(Errno(libc::EINVAL));
+        }
+        config::set(|o| o.evictors = Some(n as usize))?;
+        Ok(0)
+    })
+}
+
+/// Background eviction starts when the cache is `high` percent full and
+/// stops at `low`: 0 <= low <= high <= 100, high > 0 (default 90 and 70;
+/// `UMAP_EVICT_HIGH_WATER_THRESHOLD`, `UMAP_EVICT_LOW_WATER_THRESHOLD`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_watermarks(high: c_uint, low: c_uint) -> c_int {
+    ffi_boundary!(-1, {
+        let w = config::check_watermarks(high, low)?;
+        config::set(|o| o.watermarks = Some(w))?;
+        Ok(0)
+    })
+}
+
+/// Eviction policy of the runtime by name: `"fifo"`, `"clock"`, `"lru"`
+/// or `"2q"`, any case (default `"clock"`; `UMIO_EVICTION`).
+///
+/// # Safety
+/// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_eviction(name: *const c_char) -> c_int {
+    ffi_boundary!(-1, {
+        // SAFETY: the caller promised NULL or a NUL-terminated string.
+        let policy = unsafe { self::name(name) }?
+            .and_then(config::parse_policy)
+            .ok_or(Errno(libc::EINVAL))?;
+        config::set(|o| o.eviction = Some(policy))?;
+        Ok(0)
+    })
+}
+
+/// Default largest read-ahead window in bytes; 0: no read-ahead (default
+/// 2 MiB; `UMAP_READ_AHEAD` gives it in pages).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_read_ahead(bytes: usize) -> c_int {
+    ffi_boundary!(-1, {
+        config::set(|o| o.read_ahead = Some(bytes))?;
+        Ok(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_values_are_linuxs() {
+        assert_eq!(UMIO_ADVICE_NORMAL, libc::MADV_NORMAL);
+        assert_eq!(UMIO_ADVICE_RANDOM, libc::MADV_RANDOM);
+        assert_eq!(UMIO_ADVICE_SEQUENTIAL, libc::MADV_SEQUENTIAL);
+        assert_eq!(UMIO_ADVICE_WILLNEED, libc::MADV_WILLNEED);
+        assert_eq!(UMIO_ADVICE_DONTNEED, libc::MADV_DONTNEED);
+    }
+}

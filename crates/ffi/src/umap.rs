@@ -1,0 +1,263 @@
+//! UMap's C API (`umap/umap.h`), source-compatible with LLNL UMap 2.x,
+//! without its bugs: the offset is honoured, errors are reported through
+//! the return value and a positive errno (nothing throws, aborts or
+//! prints), `uunmap` honours its length, and pages past the end of the
+//! file read as zeros.
+//!
+//! The header is written by hand (it keeps UMap's spelling of every
+//! declaration); `tests/headers.rs` checks it against these exports.
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use umio_core::Mapping;
+
+use crate::boundary::{Errno, check_ptr, ffi_boundary};
+use crate::map::{self, Request, Source};
+use crate::{config, registry};
+
+/// One page to prefetch with [`umap_prefetch`].
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct umap_prefetch_item {
+    /// An address in the page.
+    pub page_base_addr: *mut c_void,
+}
+
+/// Maps `length` bytes of the file open as `fd`, from `offset`, as `mmap`
+/// does, with page faults served by umio.
+///
+/// # Safety
+/// With `UMAP_FIXED`, whatever the process had mapped at
+/// `[addr, addr + length)` is replaced, as with `mmap`'s `MAP_FIXED`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umap(
+    addr: *mut c_void,
+    length: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    ffi_boundary!(libc::MAP_FAILED, {
+        if length == 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        let req = Request {
+            addr,
+            len: Some(length),
+            prot,
+            flags,
+            offset,
+            page_size: None,
+            prefetch: None,
+        };
+        map::map(req, Source::Fd(fd))
+    })
+}
+
+/// Writes back and unmaps `[addr, addr + length)` of a umap'ed region:
+/// `addr` on one of its page boundaries; `length` rounded up to whole
+/// pages. The rest of the region stays mapped.
+///
+/// # Safety
+/// Nothing may use the unmapped memory afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn uunmap(addr: *mut c_void, length: usize) -> c_int {
+    ffi_boundary!(-1, {
+        map::unmap(addr, length)?;
+        Ok(0)
+    })
+}
+
+/// Writes back the dirty pages of every region and makes them durable.
+///
+/// # Safety
+/// None: any thread may call it at any time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umap_flush() -> c_int {
+    ffi_boundary!(-1, {
+        let mut first_error = Ok(());
+        for m in registry::all() {
+            if m.mapped_bytes() == 0 {
+                continue;
+            }
+            if let Err(e) = m.flush() {
+                log::warn!("umio: umap_flush: {e}");
+                first_error = first_error.and(Err(Errno::from(e)));
+            }
+        }
+        first_error?;
+        Ok(0)
+    })
+}
+
+/// 1 if regions may be mapped with `PROT_WRITE` (the kernel has
+/// userfaultfd write-protection), else 0.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umap_has_write_support() -> c_int {
+    ffi_boundary!(0, {
+        Ok(umio_core::kernel_features().is_ok_and(|f| f.write_protect()) as c_int)
+    })
+}
+
+/// Starts filling the pages holding `page_array[0..npages]`'s addresses in
+/// the background. If any address is outside every region, or `npages` is
+/// negative, or `page_array` is NULL with `npages` > 0, nothing is
+/// prefetched and errno is set to `EINVAL`; errno is left alone on success.
+///
+/// # Safety
+/// `page_array` points to `npages` items.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umap_prefetch(npages: c_int, page_array: *mut umap_prefetch_item) {
+    ffi_boundary!((), {
+        let n = usize::try_from(npages).map_err(|_| Errno(libc::EINVAL))?;
+        if n == 0 {
+            return Ok(());
+        }
+        check_ptr(page_array)?;
+        // SAFETY: checked non-null and aligned; the caller promised
+        // `npages` items.
+        let items = unsafe { std::slice::from_raw_parts(page_array, n) };
+        // Consecutive pages of one region go in one request.
+        let mut runs: Vec<(Arc<Mapping>, Range<usize>)> = Vec::new();
+        for item in items {
+            let m = registry::get(item.page_base_addr)?;
+            let ps = m.page_size();
+            let page = registry::relative(&m, item.page_base_addr, 1)?.start / ps * ps;
+            let page_end = (page + ps).min(m.len());
+            match runs.last_mut() {
+                Some((last, r)) if Arc::ptr_eq(last, &m) && r.end == page => r.end = page_end,
+                _ => runs.push((m, page..page_end)),
+            }
+        }
+        for (m, r) in runs {
+            m.prefetch(r)?;
+        }
+        Ok(())
+    })
+}
+
+/// Reads the pages of `[paddr, paddr + size)` now and pins them: they are
+/// not evicted, and their writes are written back by flush and unmap like
+/// any page's. Pinned pages may hold at most half of the cache (`ENOMEM`).
+/// Reports failure through errno only (UMap's signature returns nothing);
+/// errno is left alone on success.
+///
+/// # Safety
+/// None beyond passing an address umap returned.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umap_fetch_and_pin(paddr: *mut c_char, size: u64) {
+    ffi_boundary!((), {
+        let len = usize::try_from(size).map_err(|_| Errno(libc::EINVAL))?;
+        if len == 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        let m = registry::get(paddr.cast())?;
+        let range = registry::relative(&m, paddr.cast(), len)?;
+        m.pin(range)?;
+        Ok(())
+    })
+}
+
+/// The system page size.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_system_page_size() -> c_long {
+    ffi_boundary!(-1, {
+        // SAFETY: sysconf reads a system constant.
+        Ok(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+    })
+}
+
+/// Runs `f` on the settings in force (or, before the first mapping, those
+/// a mapping would start with); on a malformed `UMAP_*` variable returns 0
+/// with errno `EINVAL`.
+fn setting<T: Default>(f: impl FnOnce(&config::Settings) -> T) -> T {
+    ffi_boundary!(T::default(), { Ok(f(&config::current()?.0)) })
+}
+
+/// The default page size of regions in bytes (`UMAP_PAGESIZE`; umio's
+/// default is 64 KiB, UMap's the system page size).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_umap_page_size() -> u64 {
+    setting(|s| s.page_size as u64)
+}
+
+/// `UMAP_MAX_FAULT_EVENTS` (default 256). Accepted and reported for UMap
+/// compatibility; umio's fillers read up to 64 fault events per `read(2)`
+/// whatever it says.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_max_fault_events() -> u64 {
+    setting(|s| s.max_fault_events)
+}
+
+/// Filler threads (`UMAP_PAGE_FILLERS`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_num_fillers() -> u64 {
+    setting(|s| s.fillers as u64)
+}
+
+/// Evictor threads (`UMAP_PAGE_EVICTORS`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_num_evictors() -> u64 {
+    setting(|s| s.evictors as u64)
+}
+
+/// The cache bound in pages of [`umapcfg_get_umap_page_size`]
+/// (`UMAP_BUFSIZE`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_max_pages_in_buffer() -> u64 {
+    setting(|s| s.cache_bytes / s.page_size as u64)
+}
+
+/// Largest read-ahead window in pages (`UMAP_READ_AHEAD`; 0: none).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_read_ahead() -> u64 {
+    setting(|s| (s.read_ahead / s.page_size) as u64)
+}
+
+/// Percent of the cache at which background eviction stops
+/// (`UMAP_EVICT_LOW_WATER_THRESHOLD`, default 70).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_evict_low_water_threshold() -> c_int {
+    setting(|s| s.low_water.into())
+}
+
+/// Percent of the cache at which background eviction starts
+/// (`UMAP_EVICT_HIGH_WATER_THRESHOLD`, default 90).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umapcfg_get_evict_high_water_threshold() -> c_int {
+    setting(|s| s.high_water.into())
+}

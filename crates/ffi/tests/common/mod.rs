@@ -1,0 +1,59 @@
+//! What the C-facing tests share: where libumio is, built fresh.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The directory holding libumio.so and libumio.a for this test run's
+/// profile, after building them.
+///
+/// Cargo does not build a library that is only a cdylib and a staticlib
+/// before the package's integration tests (they cannot link it), so the
+/// tests build it: `cargo build -p umio-ffi --lib` with the profile and
+/// target directory of the running test (`<target>/<profile>/deps/<test>`).
+/// Cargo has released its build lock by the time tests run; when the
+/// library is up to date this costs a fraction of a second.
+pub fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let target_dir = profile_dir.parent().unwrap();
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "umio-ffi",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                cargo.arg("--release");
+            }
+            Some(profile) => {
+                cargo.args(["--profile", profile]);
+            }
+            None => panic!("no profile directory above {}", exe.display()),
+        }
+        let out = cargo.output().expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building libumio failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for lib in ["libumio.so", "libumio.a"] {
+            assert!(
+                profile_dir.join(lib).exists(),
+                "{lib} not found in {}",
+                profile_dir.display()
+            );
+        }
+        profile_dir
+    })
+}
