@@ -1,0 +1,288 @@
+//! Builds the C programs of `tests/c/` and `examples/c/` against libumio
+//! with `-Wall -Wextra -Werror` and runs them: once plain, once under
+//! AddressSanitizer and UndefinedBehaviorSanitizer. Each must exit 0 and
+//! print nothing on stderr (libumio prints nothing unless `UMAP_LOG_LEVEL`
+//! asks), and its report line is checked.
+//!
+//! The programs use userfaultfd: run as root (or with
+//! `vm.unprivileged_userfaultfd=1`), as the rest of the workspace's tests.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::lib_dir;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    Plain,
+    /// `-fsanitize=address,undefined`, stopping at the first report.
+    Sanitized,
+    /// Linked with libumio.a instead of libumio.so.
+    Static,
+}
+
+/// Compiles `source` into `dir`; panics with the compiler's messages.
+fn compile(source: &Path, dir: &Path, build: Build) -> PathBuf {
+    let name = source.file_stem().unwrap().to_str().unwrap();
+    let exe = dir.join(name);
+    let lib = lib_dir();
+    let mut cc = Command::new("cc");
+    cc.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        .arg("-I")
+        .arg(include_dir())
+        .arg("-I")
+        .arg(repo_root().join("tests/c"))
+        .arg(source)
+        .arg("-o")
+        .arg(&exe);
+    match build {
+        Build::Plain | Build::Sanitized => {
+            cc.arg(format!("-L{}", lib.display()))
+                .arg("-lumio")
+                .arg(format!("-Wl,-rpath,{}", lib.display()));
+        }
+        Build::Static => {
+            cc.arg(lib.join("libumio.a")).args(["-ldl", "-lm"]);
+        }
+    }
+    cc.arg("-pthread");
+    if build == Build::Sanitized {
+        cc.args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ]);
+    }
+    let out = cc.output().expect("cc runs");
+    assert!(
+        out.status.success(),
+        "{} does not compile:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs `exe` with `env` (and no other `UMAP_*`/`UMIO_*` variable), its
+/// temporary files in `tmp`.
+fn run(exe: &Path, tmp: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("TMPDIR", tmp)
+        // Leaks at exit are the runtime's threads and caches, kept for the
+        // life of the process by design; everything else ASan checks.
+        .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+        .envs(env.iter().copied());
+    let out = cmd.output().expect("the test program runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        exe.display(),
+        out.status
+    );
+    out
+}
+
+/// Builds and runs `tests/c/<name>.c` (or another source) the given way;
+/// returns its stdout after checking that stderr is empty and that the
+/// report line starts with `expect`.
+fn check(source: &Path, build: Build, env: &[(&str, &str)], expect: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(source, dir.path(), build);
+    let out = run(&exe, dir.path(), env);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.is_empty(),
+        "{} printed on stderr:\n{stderr}",
+        source.display()
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with(expect)),
+        "{}: no line starting with {expect:?} in:\n{stdout}",
+        source.display()
+    );
+    print!("{stdout}");
+    stdout
+}
+
+fn test_c(name: &str) -> PathBuf {
+    repo_root().join("tests/c").join(format!("{name}.c"))
+}
+
+const CONFIG_ENV: &[(&str, &str)] = &[
+    ("UMAP_PAGESIZE", "16384"),
+    ("UMAP_BUFSIZE", "64"),
+    ("UMAP_PAGE_FILLERS", "3"),
+    ("UMAP_PAGE_EVICTORS", "2"),
+    ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "80"),
+    ("UMAP_EVICT_LOW_WATER_THRESHOLD", "50"),
+    ("UMAP_MAX_FAULT_EVENTS", "128"),
+    ("UMAP_READ_AHEAD", "0"),
+    ("UMIO_EVICTION", "LRU"),
+];
+
+/// One test per program and build.
+macro_rules! c_tests {
+    ($($name:ident, $sanitized:ident: $env:expr, $expect:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            check(&test_c(stringify!($name)), Build::Plain, $env, $expect);
+        }
+
+        #[test]
+        fn $sanitized() {
+            check(&test_c(stringify!($name)), Build::Sanitized, $env, $expect);
+        }
+    )*};
+}
+
+c_tests! {
+    eviction_integrity, eviction_integrity_sanitized: &[], "eviction_integrity:";
+    durability, durability_sanitized: &[], "durability:";
+    offset_tail, offset_tail_sanitized: &[], "offset_tail:";
+    c_store, c_store_sanitized: &[], "c_store:";
+    config_env, config_env_sanitized: CONFIG_ENV, "config_env:";
+    config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";
+    umap_compat, umap_compat_sanitized: &[], "umap_compat:";
+    bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
+}
+
+#[test]
+fn bad_inputs_cover_at_least_20_cases() {
+    let out = check(&test_c("bad_inputs"), Build::Plain, &[], "bad_inputs:");
+    let ok = out.lines().filter(|l| l.contains(" ok (errno ")).count();
+    assert!(ok >= 20, "only {ok} bad inputs checked:\n{out}");
+    assert!(out.contains(", 0 failed"), "{out}");
+}
+
+#[test]
+fn umap_log_level_prints_and_nothing_else_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(&test_c("durability"), dir.path(), Build::Plain);
+    let quiet = run(&exe, dir.path(), &[]);
+    assert!(quiet.stderr.is_empty());
+    let loud = run(&exe, dir.path(), &[("UMAP_LOG_LEVEL", "DEBUG")]);
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(
+        stderr.contains("[umio INFO] umio: runtime started"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("[umio DEBUG] umio: mapped"), "{stderr}");
+    // Errors are logged at DEBUG: the failed second uunmap.
+    assert!(stderr.contains("not mapped"), "{stderr}");
+    let errors_only = run(&exe, dir.path(), &[("UMAP_LOG_LEVEL", "ERROR")]);
+    assert!(errors_only.stderr.is_empty());
+}
+
+#[test]
+fn quickstart_example_runs() {
+    let src = repo_root().join("examples/c/quickstart.c");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quickstart.bin");
+    let exe = compile(&src, dir.path(), Build::Plain);
+    let out = Command::new(&exe).arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+    assert!(stdout.contains("file starts with \"hello\""), "{stdout}");
+    print!("{stdout}");
+}
+
+#[test]
+fn quickstart_links_statically() {
+    let src = repo_root().join("examples/c/quickstart.c");
+    check(&src, Build::Static, &[], "file starts with \"hello\"");
+}
+
+#[test]
+fn install_and_pkg_config() {
+    let prefix = tempfile::tempdir().unwrap();
+    let out = Command::new("sh")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh"))
+        .arg(prefix.path())
+        .env("UMIO_BUILD_DIR", lib_dir())
+        .env_remove("DESTDIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = prefix.path();
+    for f in [
+        "lib/libumio.so",
+        "lib/libumio.a",
+        "lib/pkgconfig/umio.pc",
+        "include/umio.h",
+        "include/umap/umap.h",
+    ] {
+        assert!(p.join(f).exists(), "{f} not installed");
+    }
+    let pc = std::fs::read_to_string(p.join("lib/pkgconfig/umio.pc")).unwrap();
+    assert!(
+        pc.contains(&format!("Version: {}", env!("CARGO_PKG_VERSION"))),
+        "{pc}"
+    );
+
+    let Ok(flags) = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "umio"])
+        .env("PKG_CONFIG_PATH", p.join("lib/pkgconfig"))
+        .output()
+    else {
+        eprintln!("SKIPPED: pkg-config is not installed; umio.pc was not queried");
+        return;
+    };
+    assert!(
+        flags.status.success(),
+        "{}",
+        String::from_utf8_lossy(&flags.stderr)
+    );
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let want = format!("-I{0}/include -L{0}/lib -lumio", p.display());
+    assert_eq!(flags.trim(), want);
+
+    // A program built with those flags alone (and an rpath) runs.
+    let exe = p.join("quickstart");
+    let mut cc = Command::new("cc");
+    cc.args(["-Wall", "-Wextra", "-Werror"])
+        .arg(repo_root().join("examples/c/quickstart.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}/lib", p.display()));
+    let built = cc.output().unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let ran = Command::new(&exe).arg(p.join("data.bin")).output().unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stdout)
+    );
+}
