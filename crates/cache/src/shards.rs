@@ -38,7 +38,6 @@ impl<T> Sharded<T> {
         }
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards.len()
     }

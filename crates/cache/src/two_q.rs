@@ -47,9 +47,9 @@ impl Default for TwoQConfig {
 ///   after it was evicted: it goes to **Am**, ordered by the last use umio
 ///   observed (fill, first write, coalesced fault).
 /// - Victims come from the front of A1in while A1in holds more than its
-///   share of the resident pages ([`TwoQConfig::in_percent`]), otherwise
-///   from the front of Am. Among the first entries looked at, clean pages
-///   go before dirty ones.
+///   share of the resident pages ([`TwoQConfig::in_percent`]), from the
+///   front of Am only once no shard's A1in does. Among the first entries
+///   looked at, clean pages go before dirty ones.
 ///
 /// A scan's pages each miss once: they pass through A1in and A1out and
 /// never reach Am, so a scan evicts other scan pages and pages used once,
@@ -112,44 +112,61 @@ impl TwoQ {
         t
     }
 
-    /// Takes up to `want` victims from one shard: from A1in while it holds
-    /// more than its share, then from Am.
-    fn take(
+    /// Each shard's share of A1in and of A1out, in keys, from the resident
+    /// pages of all shards: shares computed per shard would let a shard
+    /// that happens to hold more of Am keep a longer A1in and A1out, until
+    /// its A1out covers a whole scan and promotes the scan's pages.
+    fn shares(&self) -> Shares {
+        let n = self.shards.len();
+        let resident = self.tracked();
+        Shares {
+            a1in: (resident * self.cfg.in_percent as usize / 100 / n).max(1),
+            ghosts: (resident * self.cfg.ghost_percent as usize / 100 / n).max(16),
+        }
+    }
+
+    /// Takes up to `want` victims from one shard's A1in beyond its share
+    /// (or from A1in at all if Am is empty).
+    fn take_from_a1in(
         &self,
         s: &mut Lists<3>,
+        shares: Shares,
         want: usize,
         oracle: &dyn PageOracle,
         out: &mut Vec<PageKey>,
     ) -> usize {
-        let mut got = 0;
-        while got < want {
-            let resident = s.len(A1IN) + s.len(AM);
-            let kin = (resident * self.cfg.in_percent as usize / 100).max(1);
-            let n = if s.len(A1IN) > kin || s.len(AM) == 0 {
-                let n = (want - got).min(s.len(A1IN).saturating_sub(kin).max(1));
-                let n = s.take(A1IN, n, Then::MoveTo(A1OUT), oracle, out);
-                if n == 0 {
-                    s.take(AM, want - got, Then::Forget, oracle, out)
-                } else {
-                    n
-                }
-            } else {
-                let n = s.take(AM, want - got, Then::Forget, oracle, out);
-                if n == 0 {
-                    s.take(A1IN, want - got, Then::MoveTo(A1OUT), oracle, out)
-                } else {
-                    n
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
-        let ghosts = (s.len(A1IN) + s.len(AM)) * self.cfg.ghost_percent as usize / 100;
-        s.trim(A1OUT, ghosts.max(16));
-        got
+        let excess = if s.len(AM) == 0 {
+            s.len(A1IN)
+        } else {
+            s.len(A1IN).saturating_sub(shares.a1in)
+        };
+        let n = s.take(A1IN, want.min(excess), Then::MoveTo(A1OUT), oracle, out);
+        s.trim(A1OUT, shares.ghosts);
+        n
     }
+
+    /// Takes up to `want` victims from one shard, from Am first.
+    fn take_any(
+        &self,
+        s: &mut Lists<3>,
+        shares: Shares,
+        want: usize,
+        oracle: &dyn PageOracle,
+        out: &mut Vec<PageKey>,
+    ) -> usize {
+        let mut n = s.take(AM, want, Then::Forget, oracle, out);
+        if n < want {
+            n += s.take(A1IN, want - n, Then::MoveTo(A1OUT), oracle, out);
+        }
+        s.trim(A1OUT, shares.ghosts);
+        n
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Shares {
+    a1in: usize,
+    ghosts: usize,
 }
 
 impl Default for TwoQ {
@@ -200,8 +217,19 @@ impl EvictionPolicy for TwoQ {
         self.shards.for_each(|s| s.forget_region(region));
     }
     fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
-        self.shards
-            .select(max, |s, want| self.take(s, want, oracle, out));
+        // Am pages go only once no shard's A1in holds more than its share:
+        // a batch that drains one shard's A1in takes from the others' next.
+        let shares = self.shares();
+        let before = out.len();
+        self.shards.select(max, |s, want| {
+            self.take_from_a1in(s, shares, want, oracle, out)
+        });
+        let got = out.len() - before;
+        if got < max {
+            self.shards.select(max - got, |s, want| {
+                self.take_any(s, shares, want, oracle, out)
+            });
+        }
     }
     fn tracked(&self) -> usize {
         self.shards.sum(|s| s.len(A1IN) + s.len(AM))
