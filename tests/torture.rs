@@ -45,7 +45,9 @@ fn setup(policy: PolicyKind) -> Setup {
         .eviction(policy)
         .build()
         .unwrap();
-    let specs: [(&Arc<std::fs::File>, u64, usize, usize, &[u8]); 3] = [
+    // (file, offset, length, page size, initial bytes)
+    type Spec<'a> = (&'a Arc<std::fs::File>, u64, usize, usize, &'a [u8]);
+    let specs: [Spec; 3] = [
         (&a_file, 0, 2 << 20, 4 << 10, &a_data[..]),
         (&b_file, 0, 1 << 20, 16 << 10, &b_data[..1 << 20]),
         (&b_file, 1 << 20, 1 << 20, 64 << 10, &b_data[1 << 20..]),
