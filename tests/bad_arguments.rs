@@ -40,6 +40,8 @@ fn builder_rejects_bad_settings() {
     assert_invalid(b().fillers(0).build(), "fillers 0");
     assert_invalid(b().fillers(257).build(), "fillers 257");
     assert_invalid(b().evictors(65).build(), "evictors 65");
+    assert_invalid(b().max_fault_events(0).build(), "max_fault_events 0");
+    assert_invalid(b().max_fault_events(4097).build(), "max_fault_events 4097");
     assert_invalid(b().watermarks(60, 70).build(), "low watermark above high");
     assert_invalid(b().watermarks(0, 0).build(), "high watermark 0");
     assert_invalid(b().watermarks(101, 50).build(), "high watermark over 100");

@@ -22,3 +22,28 @@ fn smoke_read_write_flush() {
     println!("{:?}", rt.stats());
     map.unmap().unwrap();
 }
+
+#[test]
+fn one_fault_event_per_read_still_serves_every_fault() {
+    let data: Vec<u8> = (0..(256u32 << 10)).map(|i| (i % 253) as u8).collect();
+    let (_tmp, file) = common::rw_file_with(&data);
+    let rt = umio::Runtime::builder()
+        .cache_bytes(64 << 10)
+        .page_size(4096)
+        .fillers(2)
+        .max_fault_events(1)
+        .build()
+        .unwrap();
+    let map = rt.map_file(&file, umio::MapOptions::new()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let map = &map;
+            let data = &data;
+            s.spawn(move || {
+                for i in (t * 4096..data.len()).step_by(4 * 4096) {
+                    assert_eq!(map.as_slice()[i], data[i]);
+                }
+            });
+        }
+    });
+}

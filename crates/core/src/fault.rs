@@ -60,7 +60,7 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
         }
     };
     let mut w = Worker::new();
-    let mut msgs = [UffdMsg::default(); 64];
+    let mut msgs = vec![UffdMsg::default(); shared.cfg.max_fault_events];
     // After the last event a filler keeps polling for `spin` before it
     // sleeps: a thread that faults again soon (a scan, a random-read loop)
     // then costs no wake-up of the filler, which on this kind of machine

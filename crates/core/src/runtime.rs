@@ -88,6 +88,7 @@ pub struct Builder {
     policy: PolicySpec,
     prefetch: PrefetchKind,
     filler_spin: Duration,
+    max_fault_events: usize,
 }
 
 impl std::fmt::Debug for Builder {
@@ -101,6 +102,7 @@ impl std::fmt::Debug for Builder {
             .field("low_water", &self.low_water)
             .field("prefetch", &self.prefetch)
             .field("filler_spin", &self.filler_spin)
+            .field("max_fault_events", &self.max_fault_events)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +119,7 @@ impl Default for Builder {
             policy: PolicySpec::Builtin(PolicyKind::default()),
             prefetch: PrefetchKind::default(),
             filler_spin: Duration::from_micros(50),
+            max_fault_events: 64,
         }
     }
 }
@@ -201,6 +204,13 @@ impl Builder {
     /// sleeps at once.
     pub fn filler_spin(mut self, spin: Duration) -> Self {
         self.filler_spin = spin;
+        self
+    }
+
+    /// Most fault events a filler reads with one `read(2)`, 1 to 4096.
+    /// Default 64.
+    pub fn max_fault_events(mut self, n: usize) -> Self {
+        self.max_fault_events = n;
         self
     }
 
@@ -309,6 +319,9 @@ impl Builder {
         if self.fillers == 0 || self.fillers > 256 {
             return Err(Error::InvalidArgument("fillers must be 1 to 256"));
         }
+        if !(1..=4096).contains(&self.max_fault_events) {
+            return Err(Error::InvalidArgument("max_fault_events must be 1 to 4096"));
+        }
         if self.evictors > 64 {
             return Err(Error::InvalidArgument("evictors must be 0 to 64"));
         }
@@ -341,6 +354,7 @@ impl Builder {
                 prefetch: self.prefetch,
                 credit_batch: (cache_bytes / 256).min(1 << 20),
                 filler_spin: self.filler_spin.min(Duration::from_secs(1)),
+                max_fault_events: self.max_fault_events,
             },
             features,
             uffd,
@@ -431,6 +445,8 @@ pub(crate) struct Config {
     pub credit_batch: u64,
     /// How long a filler polls for events before it sleeps.
     pub filler_spin: Duration,
+    /// Fault events read at once.
+    pub max_fault_events: usize,
 }
 
 /// A wake-up flag for a background thread.
