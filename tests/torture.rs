@@ -78,6 +78,7 @@ fn setup(policy: PolicyKind) -> Setup {
 
 /// Runs `ops` operations per thread; returns the model of every region.
 fn torture(policy: PolicyKind, ops: usize) {
+    common::log_to_stderr();
     let s = setup(policy);
     let model: Vec<Vec<u8>> = s.backing.iter().map(|b| b.2.clone()).collect();
     let done = AtomicBool::new(false);
@@ -159,6 +160,25 @@ fn torture(policy: PolicyKind, ops: usize) {
     for (r, map) in s.maps.iter().enumerate() {
         assert_same(map.as_slice(), &merged[r], &format!("region {r} in memory"));
     }
+    // Pages nobody uses any more must leave the cache under pressure: a
+    // resident page the eviction policy lost track of would stay for good.
+    s.maps.iter().for_each(|m| m.flush().unwrap());
+    let other: Arc<dyn umio::Store> =
+        Arc::new(umio::backends::MemoryStore::new(vec![7u8; 4 << 20]));
+    let scan =
+        s.rt.map(MapOptions::new().store(other).page_size(4096))
+            .unwrap();
+    for _ in 0..2 {
+        for i in (0..scan.len()).step_by(4096) {
+            assert_eq!(std::hint::black_box(scan.as_slice()[i]), 7);
+        }
+    }
+    let stuck: usize = s.maps.iter().map(|m| m.resident_pages()).sum();
+    assert_eq!(
+        stuck, 0,
+        "pages of idle regions still resident after scans of 8x the cache"
+    );
+    scan.unmap().unwrap();
     for map in s.maps {
         map.unmap().unwrap();
     }

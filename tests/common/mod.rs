@@ -160,3 +160,24 @@ pub fn read_exact_raw(fd: i32, buf: *mut u8, len: usize) {
         unsafe { libc::read(fd, buf.add(done).cast(), len - done) }
     });
 }
+
+/// Prints umio's warnings and errors to stderr (the test harness shows
+/// them for failing tests), so that a failure says what umio saw.
+pub fn log_to_stderr() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                eprintln!("[{}] {}", r.level(), r.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+}

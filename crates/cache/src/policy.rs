@@ -59,6 +59,12 @@ pub enum Touch {
 /// [`select_victims`](EvictionPolicy::select_victims) and
 /// [`tracked`](EvictionPolicy::tracked) are required; the other calls
 /// have defaults that reduce them to these.
+///
+/// Core reports a page ([`inserted`](EvictionPolicy::inserted),
+/// [`prefetched`](EvictionPolicy::prefetched),
+/// [`restore`](EvictionPolicy::restore)) only once it is resident and no
+/// longer busy, so a policy may drop, as stale, an entry whose page it
+/// finds empty, busy or not.
 pub trait EvictionPolicy: Send + Sync + 'static {
     /// A short name for logs and stats.
     fn name(&self) -> &'static str;

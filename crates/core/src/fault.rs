@@ -215,7 +215,10 @@ impl Shared {
                 self.uffd.wake(addr, ps);
                 return;
             }
-            log::error!("umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}");
+            log::error!(
+                "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
+                self.describe_cache()
+            );
             self.fail_fill(region, page..page + 1);
             return;
         }
@@ -363,6 +366,36 @@ impl Shared {
         self.uffd.wake(addr, len);
     }
 
+    /// What holds the cache, for the log when a miss cannot get space.
+    fn describe_cache(&self) -> String {
+        let table = self.regions.load();
+        let mut out = format!(
+            "{} of {} bytes used, {} pinned; policy {} tracks {} entries;",
+            self.budget.used(),
+            self.budget.limit(),
+            self.pinned_bytes.load(Relaxed),
+            self.policy.name(),
+            self.policy.tracked()
+        );
+        for r in table.all() {
+            let (mut clean, mut dirty, mut busy) = (0, 0, 0);
+            for p in 0..r.pages.len() {
+                match r.pages.get(p) {
+                    Observed::Stable(PageState::Clean) => clean += 1,
+                    Observed::Stable(PageState::Dirty) => dirty += 1,
+                    Observed::Busy(PageState::Clean | PageState::Dirty) => busy += 1,
+                    _ => {}
+                }
+            }
+            out.push_str(&format!(
+                " region {} ({} KiB pages): {clean} clean, {dirty} dirty, {busy} busy;",
+                r.id,
+                r.page_size >> 10
+            ));
+        }
+        out
+    }
+
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
     /// the cache is full (no hand-off to the evictor on the fault path)
     /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
@@ -481,11 +514,14 @@ impl Shared {
                 self.release_run(region, run, PageState::Empty);
                 break;
             }
-            for p in run.clone() {
+            filled += run.len();
+            self.release_run(region, run.clone(), PageState::Clean);
+            // Only now: a policy that probes a page still busy and empty
+            // drops its entry as stale, and the page would be resident with
+            // no entry, never evicted.
+            for p in run {
                 self.policy.prefetched(region.key(p));
             }
-            filled += run.len();
-            self.release_run(region, run, PageState::Clean);
         }
         self.stats
             .prefetched_pages
