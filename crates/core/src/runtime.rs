@@ -112,7 +112,7 @@ impl Default for Builder {
         Builder {
             cache_bytes: None,
             page_size: 64 << 10,
-            fillers: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
+            fillers: default_fillers(),
             evictors: 1,
             high_water: 90,
             low_water: 70,
@@ -427,7 +427,13 @@ pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
     Ok(())
 }
 
-fn default_cache_bytes() -> u64 {
+/// The default number of fillers: the number of CPUs, 1 to 4.
+pub fn default_fillers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
+}
+
+/// The default cache bound: a quarter of physical memory, 64 MiB to 4 GiB.
+pub fn default_cache_bytes() -> u64 {
     // SAFETY: sysconf reads a system constant.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     let total = if pages > 0 {

@@ -69,6 +69,7 @@ impl Settings {
             .watermarks(self.high_water, self.low_water)
             .eviction(self.eviction)
             .prefetch(prefetch_kind(self.read_ahead))
+            .max_fault_events(self.max_fault_events as usize)
     }
 }
 
@@ -143,23 +144,6 @@ fn env_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno
     }
 }
 
-/// umio's default cache bound: a quarter of physical memory, 64 MiB to
-/// 4 GiB (the same rule as `umio_core::Builder`'s default).
-fn default_cache_bytes() -> u64 {
-    // SAFETY: sysconf reads a system constant.
-    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
-    let total = if pages > 0 {
-        pages as u64 * 4096
-    } else {
-        1 << 30
-    };
-    (total / 4).clamp(64 << 20, 4 << 30)
-}
-
-fn default_fillers() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
-}
-
 fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     let small = |n: u64| usize::try_from(n).map_err(|_| Errno(libc::EINVAL));
     let page_size = match o.page_size {
@@ -175,7 +159,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         None => env_number(env, "UMAP_BUFSIZE")?.map(CacheSize::Pages),
     };
     let cache_bytes = match cache {
-        None => default_cache_bytes(),
+        None => umio_core::default_cache_bytes(),
         Some(CacheSize::Bytes(b)) => b,
         Some(CacheSize::Pages(n)) => n.checked_mul(page_size as u64).ok_or(Errno(libc::EINVAL))?,
     };
@@ -183,7 +167,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         Some(n) => n,
         None => match env_number(env, "UMAP_PAGE_FILLERS")? {
             Some(n) => small(n)?,
-            None => default_fillers(),
+            None => umio_core::default_fillers(),
         },
     };
     let evictors = match o.evictors {
@@ -219,8 +203,9 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         },
     };
     let max_fault_events = match env_number(env, "UMAP_MAX_FAULT_EVENTS")? {
-        Some(0) => return Err(Errno(libc::EINVAL)),
-        Some(n) => n,
+        // The range umio_core::Builder::max_fault_events accepts.
+        Some(n @ 1..=4096) => n,
+        Some(_) => return Err(Errno(libc::EINVAL)),
         None => DEFAULT_MAX_FAULT_EVENTS,
     };
     let log_level = match env.get("UMAP_LOG_LEVEL") {
@@ -328,7 +313,7 @@ mod tests {
         assert_eq!(s.evictors, 1);
         assert_eq!(s.read_ahead, 2 << 20);
         assert_eq!(s.log_level, None);
-        assert_eq!(s.cache_bytes, default_cache_bytes());
+        assert_eq!(s.cache_bytes, umio_core::default_cache_bytes());
     }
 
     #[test]
@@ -385,6 +370,7 @@ mod tests {
             ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "101"),
             ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
             ("UMAP_MAX_FAULT_EVENTS", "0"),
+            ("UMAP_MAX_FAULT_EVENTS", "4097"),
             ("UMAP_LOG_LEVEL", "chatty"),
             ("UMIO_EVICTION", "arc"),
         ] {

@@ -194,9 +194,8 @@ pub unsafe extern "C" fn umapcfg_get_umap_page_size() -> u64 {
     setting(|s| s.page_size as u64)
 }
 
-/// `UMAP_MAX_FAULT_EVENTS` (default 256). Accepted and reported for UMap
-/// compatibility; umio's fillers read up to 64 fault events per `read(2)`
-/// whatever it says.
+/// `UMAP_MAX_FAULT_EVENTS` (default 256, 1 to 4096): fault events a filler
+/// reads with one `read(2)`.
 ///
 /// # Safety
 /// None.

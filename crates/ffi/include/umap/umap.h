@@ -38,8 +38,8 @@
  *   UMAP_EVICT_LOW_WATER_THRESHOLD  percent full to stop evicting (70)
  *   UMAP_READ_AHEAD                 largest read-ahead in pages (0: none;
  *                                   default 2 MiB worth)
- *   UMAP_MAX_FAULT_EVENTS           accepted and reported (default 256);
- *                                   umio's fillers read up to 64 events at once
+ *   UMAP_MAX_FAULT_EVENTS           fault events a filler reads at once
+ *                                   (default 256, 1 to 4096)
  *   UMAP_LOG_LEVEL                  ERROR, WARNING, INFO or DEBUG: print
  *                                   umio's log records to stderr
  * umio.h's umio_config_set_* calls, made before the first mapping,
