@@ -45,6 +45,39 @@
 // boundary and end on one or at the end of the mapping.
 #define UMIO_ADVICE_DONTNEED 4
 
+// A page not resident (`struct umio_page_probe.state`).
+#define UMIO_PAGE_EMPTY 0
+
+// A resident page equal to the store.
+#define UMIO_PAGE_CLEAN 1
+
+// A resident page written since it was last read or written back.
+#define UMIO_PAGE_DIRTY 2
+
+// A use of a resident page umio observed (`touched`'s `touch`): the first
+// write to a clean page (a write-protect fault).
+#define UMIO_TOUCH_FIRST_WRITE 0
+
+// A fault on a page another thread was filling or changing.
+#define UMIO_TOUCH_COALESCED 1
+
+// The page was not resident: this fault read it from the store
+// (`struct umio_fault.kind`).
+#define UMIO_FAULT_MISS 0
+
+// Another thread was filling or changing the page: the fault waited for
+// it, with no read of its own.
+#define UMIO_FAULT_COALESCED 1
+
+// The first write to a clean page: the page is now dirty.
+#define UMIO_FAULT_FIRST_WRITE 2
+
+// The page was already resident when the fault was handled.
+#define UMIO_FAULT_RESOLVED 3
+
+// Most ranges `on_fault` may return for one fault (its `cap`).
+#define UMIO_PREFETCH_MAX_RANGES 16
+
 // A store written in C: callbacks umio calls to read and write the bytes
 // of a mapping made with `umio_map_options.store`.
 //
@@ -89,6 +122,65 @@ struct umio_store_ops {
   void *user;
 };
 
+// A fault umio served, as a prefetcher sees it.
+struct umio_fault {
+  // The page's index in the mapping (from 0).
+  uint64_t page;
+  // Pages in the mapping.
+  uint64_t pages;
+  // Byte offset of the page in the mapping.
+  uint64_t offset;
+  // 1 if the access was a write, else 0.
+  int write;
+  // `UMIO_FAULT_MISS`, `UMIO_FAULT_COALESCED`, `UMIO_FAULT_FIRST_WRITE`
+  // or `UMIO_FAULT_RESOLVED`.
+  int kind;
+  // The advice in force for the page (`umio_advise`):
+  // `UMIO_ADVICE_NORMAL`, `UMIO_ADVICE_SEQUENTIAL` or
+  // `UMIO_ADVICE_RANDOM`.
+  int advice;
+};
+
+// Pages `[start, end)` of a mapping.
+struct umio_page_range {
+  // First page.
+  uint64_t start;
+  // One past the last page.
+  uint64_t end;
+};
+
+// A prefetch policy written in C, for one mapping
+// (`umio_map_options.prefetcher`): after each fault of the mapping umio
+// asks it which pages to fetch ahead, and fills them in the background.
+//
+// Thread safety: `on_fault` is called from umio's filler threads, several
+// at once: it must be thread-safe (atomics or a mutex for its state) and
+// quick, since it runs on the page-fault path. It must not call any umio
+// function, nor touch memory mapped by umio, nor unwind out of the
+// callback.
+//
+// Ownership: from the moment `umio_map` is called with these ops, umio
+// owns `user`. `release`, if set, is called exactly once for each such
+// `umio_map` call: before `umio_map` returns if it fails, otherwise once
+// umio is done with the prefetcher, after the mapping is unmapped. No
+// other callback is called after `release`. To share one `user` between
+// mappings, count the references in `release`.
+struct umio_prefetch_ops {
+  // Required. Called after each fault umio serves on the mapping (every
+  // fault, not only misses), once the faulting thread is resumed.
+  // Writes up to `cap` (`UMIO_PREFETCH_MAX_RANGES`) page ranges to
+  // fetch to `out[0..n)` and returns `n` (0: fetch nothing). Pages
+  // already resident or being filled are skipped, ranges past the end
+  // of the mapping are clipped, empty ranges and any beyond `cap` are
+  // ignored. Prefetch uses free cache only: it never evicts.
+  size_t (*on_fault)(void *user, const struct umio_fault *fault, struct umio_page_range *out, size_t cap);
+  // Called once when umio no longer needs `user` (see above). May be
+  // NULL.
+  void (*release)(void *user);
+  // Passed to every callback.
+  void *user;
+};
+
 // Options of `umio_map`. All zeros (or a NULL pointer) means the
 // runtime's defaults.
 struct umio_map_options {
@@ -98,19 +190,25 @@ struct umio_map_options {
   // Prefetch policy by name: `"none"`, `"sequential"` (adaptive
   // read-ahead) or `"stride"` (fetches ahead along a detected stride,
   // forward or backward). NULL or `""`: the runtime's, or
-  // `"sequential"` if `read_ahead` is set.
+  // `"sequential"` if `read_ahead` is set. Must be NULL or `""` with
+  // `prefetcher`.
   const char *prefetch;
   // Largest read-ahead window in bytes for `"sequential"` and
-  // `"stride"`; 0: 2 MiB. Must be 0 with `"none"`.
+  // `"stride"`; 0: 2 MiB. Must be 0 with `"none"` and with
+  // `prefetcher`.
   size_t read_ahead;
   // Eviction policy by name: `"fifo"`, `"clock"`, `"lru"` or `"2q"`.
   // Eviction is runtime-wide (see `umio_config_set_eviction`): a name
-  // other than the runtime's fails with `EOPNOTSUPP`. NULL or `""`: the
-  // runtime's.
+  // other than the runtime's (or any name when the runtime's policy is
+  // written in C) fails with `EOPNOTSUPP`. NULL or `""`: the runtime's.
   const char *eviction;
   // A store written in C to map instead of a file; `fd` must then be -1.
   // NULL: map `fd`.
   const struct umio_store_ops *store;
+  // A prefetch policy written in C for this mapping (see `struct
+  // umio_prefetch_ops`; the struct is copied, `user` is umio's from the
+  // call on). NULL: `prefetch` and `read_ahead` choose.
+  const struct umio_prefetch_ops *prefetcher;
 };
 
 // Counters of one mapping since it was mapped.
@@ -150,11 +248,120 @@ struct umio_config {
   uint32_t low_water;
   // Default largest read-ahead window in bytes; 0: no read-ahead.
   uint64_t read_ahead;
-  // The eviction policy's name: `"fifo"`, `"clock"`, `"lru"` or `"2q"` (a
+  // The eviction policy's name: `"fifo"`, `"clock"`, `"lru"`, `"2q"` or,
+  // for one installed with `umio_config_set_eviction_ops`, `"custom"` (a
   // static string).
   const char *eviction;
   // 1 once the runtime runs (the settings are then fixed), else 0.
   int running;
+  // Fault events a filler reads with one `read(2)`.
+  uint32_t max_fault_events;
+};
+
+// A page: `index` (page number within its mapping, from 0) of the
+// mapping `region`. Region numbers are given by umio, start at 1 and are
+// never reused within a process.
+struct umio_page_key {
+  // The mapping's number.
+  uint64_t region;
+  // The page's index within the mapping.
+  uint64_t index;
+};
+
+// What the probe function tells of a page.
+struct umio_page_probe {
+  // `UMIO_PAGE_EMPTY`, `UMIO_PAGE_CLEAN` or `UMIO_PAGE_DIRTY`.
+  int state;
+  // 1 while a thread fills, dirties, writes back or evicts the page (it
+  // keeps `state` meanwhile), else 0. A busy page is not a victim now.
+  int busy;
+  // 1 if the page was referenced (first write, or a fault while busy)
+  // since a probe last cleared the bit, else 0.
+  int referenced;
+  // 1 if the page is pinned (`umio_pin`): never a victim. A policy may
+  // forget it; umio reports it with `inserted` again when it is
+  // unpinned.
+  int pinned;
+};
+
+// The probe function umio passes to `select_victims` and `purge`: fills
+// `*out` with the state of page `key`, clearing its referenced bit if
+// `clear_referenced` is non-zero. Returns 1, or 0 if the page's mapping is
+// gone (forget the key), or -1 with errno `EINVAL` if `ctx` or `out` is
+// NULL or misaligned. Call it only with the `ctx` passed with it and only
+// before the callback that received them returns.
+typedef int (*umio_probe_fn)(const void *ctx, struct umio_page_key key, int clear_referenced, struct umio_page_probe *out);
+
+// An eviction policy written in C: callbacks umio calls to tell it which
+// pages became resident and were used, and to ask it which to evict.
+// Install it with `umio_config_set_eviction_ops`; it then serves every
+// mapping (the cache is shared).
+//
+// Thread safety: the callbacks are called from umio's filler threads (on
+// the page-fault path), its evictor threads and threads calling
+// `umio_unmap`, `uunmap`, `umio_pin` or `umio_unpin`, several at once and
+// concurrently with each other: they must be thread-safe (a mutex around
+// the policy's state is enough) and quick, since a faulting thread may
+// wait for them. They must not call any umio function (other than the
+// probe function handed to them), nor touch memory mapped by umio, nor
+// unwind (C++ exceptions, `longjmp`) out of the callback.
+//
+// What umio reports: a page is reported (`inserted`, `prefetched`,
+// `restore`) only once it is resident and no longer busy. A policy may
+// keep keys of pages that are no longer resident and may hold a key more
+// than once: the probe says a page is gone (0) or empty, and umio itself
+// checks every victim again before evicting it. Each callback gets `user`
+// as its first argument.
+//
+// Ownership: from the moment `umio_config_set_eviction_ops` is called
+// with these ops, umio owns `user`. `release`, if set, is called exactly
+// once when umio no longer needs `user`: before the setter returns if it
+// fails, or when a later `umio_config_set_eviction_ops` or
+// `umio_config_set_eviction` replaces it before the first mapping. Once
+// the runtime has started with it, it is in use until the process exits,
+// and `release` is not called. No callback is called after `release`.
+struct umio_eviction_ops {
+  // A page became resident because a thread missed on it, or became an
+  // eviction candidate again (unpinned). NULL: ignored.
+  void (*inserted)(void *user, struct umio_page_key key);
+  // A page became resident by prefetch or read-ahead: no thread has
+  // asked for it yet. NULL: umio calls `inserted` instead.
+  void (*prefetched)(void *user, struct umio_page_key key);
+  // umio observed a use of a resident page: `touch` is
+  // `UMIO_TOUCH_FIRST_WRITE` or `UMIO_TOUCH_COALESCED`. umio sees no
+  // accessed bits: reads of a resident page never reach it. NULL:
+  // ignored.
+  void (*touched)(void *user, struct umio_page_key key, int touch);
+  // A page `select_victims` returned was not evicted (it changed after
+  // it was picked, or its write-back failed): it is resident and must
+  // be tracked again, or its space is lost to eviction. NULL: umio
+  // calls `inserted` instead.
+  void (*restore)(void *user, struct umio_page_key key);
+  // Mapping `region` is gone: forget its pages. NULL: ignored (the
+  // probe reports its pages gone).
+  void (*forget_region)(void *user, uint64_t region);
+  // Required. Chooses up to `max` pages to evict, removes them from the
+  // policy and writes their keys to `out[0..n)`; returns `n`. Pass
+  // candidates to `probe(probe_ctx, key, clear_referenced, &p)` to learn
+  // their state: a victim should be resident (clean or dirty), not
+  // busy and not pinned. umio checks each victim again before evicting
+  // it (a page that changed meanwhile comes back through `restore`),
+  // ignores keys returned twice and values of `n` above `max`, and
+  // evicts nothing when `n` is 0 (the cache then stays full: return
+  // victims whenever resident, unpinned pages exist).
+  size_t (*select_victims)(void *user, umio_probe_fn probe, const void *probe_ctx, struct umio_page_key *out, size_t max);
+  // Keys the policy holds now (resident pages plus stale entries).
+  // When it exceeds twice the pages the cache can hold, umio calls
+  // `purge`. NULL: never purged.
+  size_t (*tracked)(void *user);
+  // Drops stale keys: pages the probe reports gone, empty or pinned,
+  // and duplicates. NULL: nothing to do.
+  void (*purge)(void *user, umio_probe_fn probe, const void *probe_ctx);
+  // Called once when umio no longer needs `user` (see above). May be
+  // NULL.
+  void (*release)(void *user);
+  // Passed to every callback.
+  void *user;
 };
 
 #ifdef __cplusplus
@@ -305,6 +512,26 @@ int umio_config_set_watermarks(unsigned int high, unsigned int low);
 // # Safety
 // `name` is NULL (`EINVAL`) or a NUL-terminated string.
 int umio_config_set_eviction(const char *name);
+
+// Installs an eviction policy written in C as the runtime's (see `struct
+// umio_eviction_ops`; the struct is copied and `user` is umio's from the
+// call on, released at once if the call fails). Replaces any policy
+// chosen before by `umio_config_set_eviction`, `UMIO_EVICTION` or an
+// earlier call (whose `release` is then called). Before the first mapping
+// only (after it: -1 with errno `EBUSY`); `EINVAL` if `ops` is NULL or
+// misaligned or `select_victims` is NULL.
+//
+// # Safety
+// `ops` is NULL or points to a valid `struct umio_eviction_ops` whose
+// callbacks follow its contract.
+int umio_config_set_eviction_ops(const struct umio_eviction_ops *ops);
+
+// Most fault events a filler reads with one `read(2)`: 1 to 4096
+// (default 256; `UMAP_MAX_FAULT_EVENTS`).
+//
+// # Safety
+// None.
+int umio_config_set_max_fault_events(unsigned int n);
 
 // Default largest read-ahead window in bytes; 0: no read-ahead (default
 // 2 MiB; `UMAP_READ_AHEAD` gives it in pages).

@@ -14,6 +14,7 @@ use umio_core::{MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime};
 
 use crate::boundary::Errno;
 use crate::logging;
+use crate::policy::CEviction;
 
 /// `UMAP_MAX_FAULT_EVENTS` when unset (UMap's default).
 const DEFAULT_MAX_FAULT_EVENTS: u64 = 256;
@@ -30,6 +31,42 @@ enum CacheSize {
     Bytes(u64),
 }
 
+/// The runtime's eviction policy: a built-in one, or one written in C.
+#[derive(Clone)]
+pub(crate) enum Eviction {
+    Builtin(PolicyKind),
+    Custom(CEviction),
+}
+
+impl PartialEq for Eviction {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Eviction::Builtin(a), Eviction::Builtin(b)) => a == b,
+            (Eviction::Custom(a), Eviction::Custom(b)) => a.same(b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Eviction {}
+
+impl std::fmt::Debug for Eviction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.c_name().to_str().unwrap_or("?"))
+    }
+}
+
+impl Eviction {
+    /// The policy's name as a C string, for `struct umio_config`: a
+    /// built-in's, or `"custom"`.
+    pub(crate) fn c_name(&self) -> &'static CStr {
+        match self {
+            Eviction::Builtin(kind) => policy_c_name(*kind),
+            Eviction::Custom(_) => c"custom",
+        }
+    }
+}
+
 /// Settings given by `umio_config_set_*`; `None` leaves the environment
 /// or the default in force.
 #[derive(Clone, Debug, Default)]
@@ -39,8 +76,9 @@ pub(crate) struct Overrides {
     pub fillers: Option<usize>,
     pub evictors: Option<usize>,
     pub watermarks: Option<(u8, u8)>,
-    pub eviction: Option<PolicyKind>,
+    pub eviction: Option<Eviction>,
     pub read_ahead: Option<usize>,
+    pub max_fault_events: Option<u32>,
 }
 
 /// A resolved configuration: what the runtime runs (or will run) with.
@@ -52,7 +90,7 @@ pub(crate) struct Settings {
     pub evictors: usize,
     pub high_water: u8,
     pub low_water: u8,
-    pub eviction: PolicyKind,
+    pub eviction: Eviction,
     /// Largest read-ahead window in bytes; 0 for none.
     pub read_ahead: usize,
     pub max_fault_events: u64,
@@ -61,15 +99,18 @@ pub(crate) struct Settings {
 
 impl Settings {
     fn builder(&self) -> umio_core::Builder {
-        Runtime::builder()
+        let builder = Runtime::builder()
             .page_size(self.page_size)
             .cache_bytes(self.cache_bytes)
             .fillers(self.fillers)
             .evictors(self.evictors)
             .watermarks(self.high_water, self.low_water)
-            .eviction(self.eviction)
             .prefetch(prefetch_kind(self.read_ahead))
-            .max_fault_events(self.max_fault_events as usize)
+            .max_fault_events(self.max_fault_events as usize);
+        match &self.eviction {
+            Eviction::Builtin(kind) => builder.eviction(*kind),
+            Eviction::Custom(policy) => builder.eviction_policy(Box::new(policy.clone())),
+        }
     }
 }
 
@@ -110,6 +151,15 @@ pub(crate) fn check_page_size(bytes: usize) -> Result<(), Errno> {
         Ok(())
     } else {
         Err(Errno(libc::EINVAL))
+    }
+}
+
+/// Fault events a filler reads at once: the range
+/// `umio_core::Builder::max_fault_events` accepts, 1 to 4096.
+pub(crate) fn check_max_fault_events(n: u64) -> Result<u32, Errno> {
+    match n {
+        1..=4096 => Ok(n as u32),
+        _ => Err(Errno(libc::EINVAL)),
     }
 }
 
@@ -186,12 +236,12 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             check_watermarks(high, low)?
         }
     };
-    let eviction = match o.eviction {
-        Some(k) => k,
-        None => match env.get("UMIO_EVICTION") {
+    let eviction = match &o.eviction {
+        Some(e) => e.clone(),
+        None => Eviction::Builtin(match env.get("UMIO_EVICTION") {
             Some(v) => parse_policy(&v).ok_or(Errno(libc::EINVAL))?,
             None => PolicyKind::default(),
-        },
+        }),
     };
     let read_ahead = match o.read_ahead {
         Some(b) => b,
@@ -202,11 +252,12 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             None => DEFAULT_READ_AHEAD,
         },
     };
-    let max_fault_events = match env_number(env, "UMAP_MAX_FAULT_EVENTS")? {
-        // The range umio_core::Builder::max_fault_events accepts.
-        Some(n @ 1..=4096) => n,
-        Some(_) => return Err(Errno(libc::EINVAL)),
-        None => DEFAULT_MAX_FAULT_EVENTS,
+    let max_fault_events = match o.max_fault_events {
+        Some(n) => n.into(),
+        None => match env_number(env, "UMAP_MAX_FAULT_EVENTS")? {
+            Some(n) => check_max_fault_events(n)?.into(),
+            None => DEFAULT_MAX_FAULT_EVENTS,
+        },
     };
     let log_level = match env.get("UMAP_LOG_LEVEL") {
         Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
@@ -240,6 +291,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
         watermarks: None,
         eviction: None,
         read_ahead: None,
+        max_fault_events: None,
     },
     running: None,
 });
@@ -276,14 +328,16 @@ pub(crate) fn current() -> Result<(Settings, bool), Errno> {
     }
 }
 
-/// Changes a setting before the runtime starts; `EBUSY` after.
-pub(crate) fn set(change: impl FnOnce(&mut Overrides)) -> Result<(), Errno> {
+/// Changes a setting before the runtime starts; `EBUSY` after. Returns
+/// what `change` returns (a replaced value), to be dropped by the caller
+/// once the lock is released: dropping a policy written in C calls its
+/// `release`, which is then free to call umio.
+pub(crate) fn set<R>(change: impl FnOnce(&mut Overrides) -> R) -> Result<R, Errno> {
     let mut lib = lib();
     if lib.running.is_some() {
         return Err(Errno(libc::EBUSY));
     }
-    change(&mut lib.overrides);
-    Ok(())
+    Ok(change(&mut lib.overrides))
 }
 
 #[cfg(test)]
@@ -338,7 +392,7 @@ mod tests {
         assert_eq!(s.max_fault_events, 128);
         assert_eq!(s.read_ahead, 4 * 16384);
         assert_eq!(s.log_level, Some(LevelFilter::Info));
-        assert_eq!(s.eviction, PolicyKind::Fifo);
+        assert_eq!(s.eviction, Eviction::Builtin(PolicyKind::Fifo));
     }
 
     #[test]
@@ -359,6 +413,20 @@ mod tests {
         };
         let s = resolve(&env, &o).unwrap();
         assert_eq!((s.page_size, s.cache_bytes), (8192, 1 << 20));
+    }
+
+    #[test]
+    fn max_fault_events_setter_wins_and_is_range_checked() {
+        let env = vars(&[("UMAP_MAX_FAULT_EVENTS", "128")]);
+        let o = Overrides {
+            max_fault_events: Some(4096),
+            ..Overrides::default()
+        };
+        assert_eq!(resolve(&env, &o).unwrap().max_fault_events, 4096);
+        assert_eq!(check_max_fault_events(1), Ok(1));
+        for n in [0, 4097, u64::MAX] {
+            assert_eq!(check_max_fault_events(n), Err(Errno(libc::EINVAL)), "{n}");
+        }
     }
 
     #[test]

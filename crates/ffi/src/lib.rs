@@ -10,7 +10,8 @@
 //! - `umio.h`: umio's own API, generated from [`native`] and [`store`] by
 //!   cbindgen: `umio_map` with options (page size, prefetch, a store
 //!   written in C), partial unmap, flush, prefetch, advice, pinning,
-//!   per-mapping counters, and runtime configuration.
+//!   per-mapping counters, runtime configuration, and eviction and
+//!   prefetch policies written in C ([`policy`], [`prefetcher`]).
 //!
 //! This crate only translates: C arguments to umio-core calls, umio's
 //! errors to errno. Every export runs inside [`boundary::ffi_boundary!`],
@@ -25,6 +26,8 @@ mod config;
 mod logging;
 mod map;
 pub mod native;
+pub mod policy;
+pub mod prefetcher;
 mod registry;
 pub mod store;
 pub mod umap;

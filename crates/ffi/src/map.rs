@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
-use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind};
+use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher};
 
 use crate::boundary::Errno;
 use crate::store::CStore;
@@ -30,6 +30,8 @@ pub(crate) struct Request {
     pub offset: libc::off_t,
     pub page_size: Option<usize>,
     pub prefetch: Option<PrefetchKind>,
+    /// A prefetcher of the caller's own (then `prefetch` is `None`).
+    pub prefetcher: Option<Arc<dyn Prefetcher>>,
 }
 
 /// Flags a mapping may have: one of `MAP_PRIVATE` and `MAP_SHARED` (the
@@ -67,6 +69,9 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     }
     if let Some(k) = req.prefetch {
         opts = opts.prefetch(k);
+    }
+    if let Some(p) = req.prefetcher {
+        opts = opts.prefetcher(p);
     }
     if fixed {
         // SAFETY: the C caller asked for MAP_FIXED, whose contract (as for

@@ -1,11 +1,15 @@
 //! umio's own C API (`umio.h`, generated from this file by cbindgen).
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::Arc;
 
 use umio_core::{Advice, PrefetchKind};
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
+use crate::config::Eviction;
 use crate::map::{self, Request, Source};
+use crate::policy::{CEviction, umio_eviction_ops};
+use crate::prefetcher::{CPrefetcher, umio_prefetch_ops};
 use crate::store::{CStore, umio_store_ops};
 use crate::{config, registry};
 
@@ -38,19 +42,25 @@ pub struct umio_map_options {
     /// Prefetch policy by name: `"none"`, `"sequential"` (adaptive
     /// read-ahead) or `"stride"` (fetches ahead along a detected stride,
     /// forward or backward). NULL or `""`: the runtime's, or
-    /// `"sequential"` if `read_ahead` is set.
+    /// `"sequential"` if `read_ahead` is set. Must be NULL or `""` with
+    /// `prefetcher`.
     pub prefetch: *const c_char,
     /// Largest read-ahead window in bytes for `"sequential"` and
-    /// `"stride"`; 0: 2 MiB. Must be 0 with `"none"`.
+    /// `"stride"`; 0: 2 MiB. Must be 0 with `"none"` and with
+    /// `prefetcher`.
     pub read_ahead: usize,
     /// Eviction policy by name: `"fifo"`, `"clock"`, `"lru"` or `"2q"`.
     /// Eviction is runtime-wide (see `umio_config_set_eviction`): a name
-    /// other than the runtime's fails with `EOPNOTSUPP`. NULL or `""`: the
-    /// runtime's.
+    /// other than the runtime's (or any name when the runtime's policy is
+    /// written in C) fails with `EOPNOTSUPP`. NULL or `""`: the runtime's.
     pub eviction: *const c_char,
     /// A store written in C to map instead of a file; `fd` must then be -1.
     /// NULL: map `fd`.
     pub store: *const umio_store_ops,
+    /// A prefetch policy written in C for this mapping (see `struct
+    /// umio_prefetch_ops`; the struct is copied, `user` is umio's from the
+    /// call on). NULL: `prefetch` and `read_ahead` choose.
+    pub prefetcher: *const umio_prefetch_ops,
 }
 
 /// Counters of one mapping since it was mapped.
@@ -95,11 +105,14 @@ pub struct umio_config {
     pub low_water: u32,
     /// Default largest read-ahead window in bytes; 0: no read-ahead.
     pub read_ahead: u64,
-    /// The eviction policy's name: `"fifo"`, `"clock"`, `"lru"` or `"2q"` (a
+    /// The eviction policy's name: `"fifo"`, `"clock"`, `"lru"`, `"2q"` or,
+    /// for one installed with `umio_config_set_eviction_ops`, `"custom"` (a
     /// static string).
     pub eviction: *const c_char,
     /// 1 once the runtime runs (the settings are then fixed), else 0.
     pub running: c_int,
+    /// Fault events a filler reads with one `read(2)`.
+    pub max_fault_events: u32,
 }
 
 /// A NUL-terminated name, or `None` for NULL or `""`.
@@ -160,6 +173,7 @@ pub unsafe extern "C" fn umio_map(
             offset,
             page_size: None,
             prefetch: None,
+            prefetcher: None,
         };
         if options.is_null() {
             return map::map(req, Source::Fd(fd));
@@ -167,19 +181,35 @@ pub unsafe extern "C" fn umio_map(
         check_ptr(options)?;
         // SAFETY: non-null, aligned, and the caller promised a valid struct.
         let o = unsafe { &*options };
-        // From here on the store is umio's: dropped (and released) on
-        // every early return.
-        let source = if o.store.is_null() {
-            Source::Fd(fd)
-        } else {
+        if !o.store.is_null() {
             check_ptr(o.store)?;
+        }
+        if !o.prefetcher.is_null() {
+            check_ptr(o.prefetcher)?;
+        }
+        // From here on the store and the prefetcher are umio's: dropped
+        // (and released) on every early return.
+        let store = (!o.store.is_null()).then(|| {
             // SAFETY: non-null, aligned, valid by the caller's promise.
-            let store = CStore::new(unsafe { &*o.store });
-            if fd != -1 {
+            CStore::new(unsafe { &*o.store })
+        });
+        let prefetcher = (!o.prefetcher.is_null()).then(|| {
+            // SAFETY: non-null, aligned, valid by the caller's promise.
+            CPrefetcher::new(unsafe { &*o.prefetcher })
+        });
+        let source = match store {
+            None => Source::Fd(fd),
+            Some(_) if fd != -1 => return Err(Errno(libc::EINVAL)),
+            Some(store) => Source::Store(store),
+        };
+        if let Some(p) = prefetcher {
+            p.check()?;
+            // SAFETY: the caller promised a NUL-terminated string or NULL.
+            if unsafe { name(o.prefetch) }?.is_some() || o.read_ahead != 0 {
                 return Err(Errno(libc::EINVAL));
             }
-            Source::Store(store)
-        };
+            req.prefetcher = Some(Arc::new(p));
+        }
         req.page_size = (o.page_size != 0).then_some(o.page_size);
         let window = if o.read_ahead == 0 {
             DEFAULT_WINDOW
@@ -200,7 +230,7 @@ pub unsafe extern "C" fn umio_map(
         if let Some(wanted) = unsafe { name(o.eviction) }? {
             let wanted = config::parse_policy(wanted).ok_or(Errno(libc::EINVAL))?;
             config::runtime()?;
-            if config::current()?.0.eviction != wanted {
+            if config::current()?.0.eviction != Eviction::Builtin(wanted) {
                 return Err(Errno(libc::EOPNOTSUPP));
             }
         }
@@ -358,7 +388,7 @@ pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
     ffi_boundary!(-1, {
         check_ptr(out)?;
         let (s, running) = config::current()?;
-        let eviction = config::policy_c_name(s.eviction);
+        let eviction = s.eviction.c_name();
         let c = umio_config {
             page_size: s.page_size as u64,
             cache_bytes: s.cache_bytes,
@@ -369,6 +399,7 @@ pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
             read_ahead: s.read_ahead as u64,
             eviction: eviction.as_ptr(),
             running: running.into(),
+            max_fault_events: s.max_fault_events.try_into().unwrap_or(u32::MAX),
         };
         // SAFETY: checked non-null and aligned; the caller promised it is
         // writable.
@@ -469,7 +500,45 @@ pub unsafe extern "C" fn umio_config_set_eviction(name: *const c_char) -> c_int 
         let policy = unsafe { self::name(name) }?
             .and_then(config::parse_policy)
             .ok_or(Errno(libc::EINVAL))?;
-        config::set(|o| o.eviction = Some(policy))?;
+        // The policy replaced, if any, is dropped (released) unlocked.
+        let _old = config::set(|o| o.eviction.replace(Eviction::Builtin(policy)))?;
+        Ok(0)
+    })
+}
+
+/// Installs an eviction policy written in C as the runtime's (see `struct
+/// umio_eviction_ops`; the struct is copied and `user` is umio's from the
+/// call on, released at once if the call fails). Replaces any policy
+/// chosen before by `umio_config_set_eviction`, `UMIO_EVICTION` or an
+/// earlier call (whose `release` is then called). Before the first mapping
+/// only (after it: -1 with errno `EBUSY`); `EINVAL` if `ops` is NULL or
+/// misaligned or `select_victims` is NULL.
+///
+/// # Safety
+/// `ops` is NULL or points to a valid `struct umio_eviction_ops` whose
+/// callbacks follow its contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_eviction_ops(ops: *const umio_eviction_ops) -> c_int {
+    ffi_boundary!(-1, {
+        check_ptr(ops)?;
+        // SAFETY: non-null, aligned, valid by the caller's promise. From
+        // here on `user` is umio's: released on every early return.
+        let policy = CEviction::new(unsafe { &*ops })?;
+        let _old = config::set(|o| o.eviction.replace(Eviction::Custom(policy)))?;
+        Ok(0)
+    })
+}
+
+/// Most fault events a filler reads with one `read(2)`: 1 to 4096
+/// (default 256; `UMAP_MAX_FAULT_EVENTS`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_max_fault_events(n: c_uint) -> c_int {
+    ffi_boundary!(-1, {
+        let n = config::check_max_fault_events(n.into())?;
+        config::set(|o| o.max_fault_events = Some(n))?;
         Ok(0)
     })
 }

@@ -53,6 +53,7 @@ pub unsafe extern "C" fn umap(
             offset,
             page_size: None,
             prefetch: None,
+            prefetcher: None,
         };
         map::map(req, Source::Fd(fd))
     })
