@@ -222,6 +222,20 @@ impl PageTable {
         self.states[page].store(BUSY | PageState::Empty as u8, Ordering::Release);
     }
 
+    /// Counts the resident pages (`Clean` or `Dirty`, busy or not) in one
+    /// pass over the table.
+    pub fn count_resident(&self) -> usize {
+        self.states
+            .iter()
+            .filter(|c| {
+                matches!(
+                    PageState::from_bits(c.load(Ordering::Relaxed)),
+                    PageState::Clean | PageState::Dirty
+                )
+            })
+            .count()
+    }
+
     /// Counts the pinned pages.
     pub fn count_pinned(&self) -> usize {
         self.states
@@ -259,6 +273,7 @@ mod tests {
         assert!(!t.add_waiter(1), "a stable page takes no waiter");
         assert_eq!(t.get(1), Observed::Stable(PageState::Clean));
         assert_eq!(t.count(PageState::Clean), 1);
+        assert_eq!(t.count_resident(), 1);
         assert_eq!(t.count(PageState::Empty), 3);
     }
 

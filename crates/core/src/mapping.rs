@@ -455,7 +455,7 @@ impl Mapping {
 
     /// Resident pages of this region now.
     pub fn resident_pages(&self) -> usize {
-        self.region.pages.count(PageState::Clean) + self.region.pages.count(PageState::Dirty)
+        self.region.pages.count_resident()
     }
 
     /// Dirty pages of this region now.

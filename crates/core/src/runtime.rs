@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use umio_backends::{FileStore, Store};
-use umio_cache::{EvictionPolicy, FrameBudget, PageState, PolicyKind};
+use umio_cache::{EvictionPolicy, FrameBudget, PolicyKind};
 
 use crate::error::{Error, Result};
 use crate::mapping::{MapOptions, Mapping};
@@ -655,7 +655,7 @@ impl Shared {
             self.regions
                 .store(Arc::new(self.regions.load().without(region.id)));
         }
-        let resident = region.pages.count(PageState::Clean) + region.pages.count(PageState::Dirty);
+        let resident = region.pages.count_resident();
         let pinned = region.pages.count_pinned();
         // Unregistering wakes any thread still blocked on the range. Pages
         // that `unmap_range` took out are no longer ours: leave them.

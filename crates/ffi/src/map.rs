@@ -34,6 +34,29 @@ pub(crate) struct Request {
     pub prefetcher: Option<Arc<dyn Prefetcher>>,
 }
 
+impl Request {
+    /// A request with the call's own arguments and umio's defaults for the
+    /// rest (page size, prefetch), as `umap` makes and `umio_map` starts.
+    pub fn new(
+        addr: *mut c_void,
+        len: Option<usize>,
+        prot: c_int,
+        flags: c_int,
+        offset: libc::off_t,
+    ) -> Request {
+        Request {
+            addr,
+            len,
+            prot,
+            flags,
+            offset,
+            page_size: None,
+            prefetch: None,
+            prefetcher: None,
+        }
+    }
+}
+
 /// Flags a mapping may have: one of `MAP_PRIVATE` and `MAP_SHARED` (the
 /// same here: writes reach the store either way), and `MAP_FIXED`.
 const KNOWN_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_SHARED | libc::MAP_FIXED;

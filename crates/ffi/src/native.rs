@@ -165,16 +165,7 @@ pub unsafe extern "C" fn umio_map(
     options: *const umio_map_options,
 ) -> *mut c_void {
     ffi_boundary!(libc::MAP_FAILED, {
-        let mut req = Request {
-            addr,
-            len: (len != 0).then_some(len),
-            prot,
-            flags,
-            offset,
-            page_size: None,
-            prefetch: None,
-            prefetcher: None,
-        };
+        let mut req = Request::new(addr, (len != 0).then_some(len), prot, flags, offset);
         if options.is_null() {
             return map::map(req, Source::Fd(fd));
         }

@@ -45,17 +45,10 @@ pub unsafe extern "C" fn umap(
         if length == 0 {
             return Err(Errno(libc::EINVAL));
         }
-        let req = Request {
-            addr,
-            len: Some(length),
-            prot,
-            flags,
-            offset,
-            page_size: None,
-            prefetch: None,
-            prefetcher: None,
-        };
-        map::map(req, Source::Fd(fd))
+        map::map(
+            Request::new(addr, Some(length), prot, flags, offset),
+            Source::Fd(fd),
+        )
     })
 }
 
