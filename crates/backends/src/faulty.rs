@@ -2,7 +2,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::{Store, StoreError, StoreOp};
+use crate::{IoRequest, Store, StoreError, StoreOp};
 
 /// When a [`FaultyStore`] fails an operation.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -180,6 +180,25 @@ impl<S: Store> Store for FaultyStore<S> {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    /// Fails the requests their rule picks, then gives the others to the
+    /// wrapped store as one batch.
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            let (rule, op) = if req.is_write() {
+                (&self.writes, StoreOp::Write)
+            } else {
+                (&self.reads, StoreOp::Read)
+            };
+            if let Err(e) = self.check(rule, op, req.offset(), req.len() as u64) {
+                req.complete(Err(e));
+            }
+        }
+        self.inner.submit(batch);
+    }
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+    // `as_mapped` stays `None`: every read passes through the rules.
 }
 
 #[cfg(test)]

@@ -20,26 +20,11 @@ impl FileStore {
     /// descriptor's access mode (`O_RDONLY` makes a read-only store).
     pub fn new(file: &File) -> std::io::Result<Self> {
         let file = file.try_clone()?;
-        // SAFETY: F_GETFL on a descriptor we own reads its flags and
-        // touches no memory.
-        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-        if flags < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mode = flags & libc::O_ACCMODE;
-        if mode == libc::O_WRONLY {
-            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
-        }
-        let meta = file.metadata()?;
-        use std::os::unix::fs::FileTypeExt;
-        let block_device = meta.file_type().is_block_device();
-        if !meta.is_file() && !block_device {
-            return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
-        }
+        let kind = FileKind::inspect(&file)?;
         Ok(FileStore {
             file,
-            writable: mode == libc::O_RDWR,
-            block_device,
+            writable: kind.writable,
+            block_device: kind.block_device,
         })
     }
 
@@ -51,33 +36,11 @@ impl FileStore {
 
 impl Store for FileStore {
     fn len(&self) -> Result<u64, StoreError> {
-        if self.block_device {
-            use std::io::{Seek, SeekFrom};
-            let mut f = &self.file;
-            return f
-                .seek(SeekFrom::End(0))
-                .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e));
-        }
-        self.file
-            .metadata()
-            .map(|m| m.len())
-            .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e))
+        file_len(&self.file, self.block_device)
     }
 
     fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        if !self.writable {
-            return Err(StoreError::new(StoreOp::Len, len, libc::EBADF));
-        }
-        if self.block_device {
-            return if self.len()? >= len {
-                Ok(())
-            } else {
-                Err(StoreError::new(StoreOp::Len, len, libc::EFBIG))
-            };
-        }
-        self.file
-            .set_len(len)
-            .map_err(|e| StoreError::from_io(StoreOp::Len, len, &e))
+        file_set_len(&self.file, self.writable, self.block_device, len)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
@@ -103,12 +66,7 @@ impl Store for FileStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        if !self.writable {
-            return Ok(());
-        }
-        self.file
-            .sync_data()
-            .map_err(|e| StoreError::from_io(StoreOp::Sync, 0, &e))
+        file_sync(&self.file, self.writable)
     }
 
     fn is_writable(&self) -> bool {
@@ -118,6 +76,84 @@ impl Store for FileStore {
     fn name(&self) -> &str {
         "file"
     }
+}
+
+/// What a descriptor given to a file-backed store allows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileKind {
+    pub(crate) writable: bool,
+    pub(crate) block_device: bool,
+}
+
+impl FileKind {
+    /// Checks that `file` is a regular file or block device open for
+    /// reading, and whether it is open for writing too.
+    pub(crate) fn inspect(file: &File) -> std::io::Result<FileKind> {
+        // SAFETY: F_GETFL on a descriptor we own reads its flags and
+        // touches no memory.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mode = flags & libc::O_ACCMODE;
+        if mode == libc::O_WRONLY {
+            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+        }
+        let meta = file.metadata()?;
+        use std::os::unix::fs::FileTypeExt;
+        let block_device = meta.file_type().is_block_device();
+        if !meta.is_file() && !block_device {
+            return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        Ok(FileKind {
+            writable: mode == libc::O_RDWR,
+            block_device,
+        })
+    }
+}
+
+/// A file's length, or a block device's size.
+pub(crate) fn file_len(file: &File, block_device: bool) -> Result<u64, StoreError> {
+    if block_device {
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        return f
+            .seek(SeekFrom::End(0))
+            .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e));
+    }
+    file.metadata()
+        .map(|m| m.len())
+        .map_err(|e| StoreError::from_io(StoreOp::Len, 0, &e))
+}
+
+/// Sets a file's length; a block device only "grows" within its size.
+pub(crate) fn file_set_len(
+    file: &File,
+    writable: bool,
+    block_device: bool,
+    len: u64,
+) -> Result<(), StoreError> {
+    if !writable {
+        return Err(StoreError::new(StoreOp::Len, len, libc::EBADF));
+    }
+    if block_device {
+        return if file_len(file, true)? >= len {
+            Ok(())
+        } else {
+            Err(StoreError::new(StoreOp::Len, len, libc::EFBIG))
+        };
+    }
+    file.set_len(len)
+        .map_err(|e| StoreError::from_io(StoreOp::Len, len, &e))
+}
+
+/// `fdatasync`, for a descriptor open for writing.
+pub(crate) fn file_sync(file: &File, writable: bool) -> Result<(), StoreError> {
+    if !writable {
+        return Ok(());
+    }
+    file.sync_data()
+        .map_err(|e| StoreError::from_io(StoreOp::Sync, 0, &e))
 }
 
 #[cfg(test)]

@@ -10,6 +10,23 @@
 //! - [`CountingStore`]: wraps another store and counts its operations.
 //! - [`FaultyStore`]: wraps another store and fails operations on a
 //!   schedule, for reliability tests.
+//! - [`UringStore`]: a file or block device through io_uring, optionally
+//!   `O_DIRECT`, with many requests in flight per batch.
+//! - [`DaxStore`]: byte-addressable memory (a DAX device or file, or any
+//!   file mapped shared): fills copy straight from it, write-back uses
+//!   non-temporal stores.
+//!
+//! # Synchronous and batched stores
+//!
+//! The simplest store implements [`read_at`](Store::read_at) and
+//! [`write_at`](Store::write_at) and nothing else. A store that can work on
+//! many requests at once (io_uring, an SPDK queue pair, a network store)
+//! also implements [`submit`](Store::submit): umio hands it a batch of
+//! [`IoRequest`]s (the runs of one prefetch, the dirty runs of one flush or
+//! one eviction batch) and the store submits them all, polls or waits for
+//! their completions in whatever way suits it, and returns when every
+//! request has its result. [`queue_depth`](Store::queue_depth) tells umio
+//! how large to make its batches.
 //!
 //! ```
 //! use umio_backends::{MemoryStore, Store};
@@ -20,16 +37,22 @@
 //! ```
 
 mod counting;
+mod dax;
 mod error;
 mod faulty;
 mod file;
 mod memory;
+mod request;
+mod uring;
 
 pub use counting::{CountingStore, StoreCounts};
+pub use dax::{DaxStore, Persistence};
 pub use error::{StoreError, StoreOp};
 pub use faulty::{FaultTrigger, FaultyStore};
 pub use file::FileStore;
 pub use memory::MemoryStore;
+pub use request::IoRequest;
+pub use uring::{UringOptions, UringStats, UringStore};
 
 /// A backing store for mapped regions.
 ///
@@ -77,6 +100,41 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and errors.
     fn name(&self) -> &str;
+
+    /// Performs every request of `batch`, possibly concurrently and in any
+    /// order, and returns once each has its result
+    /// ([`IoRequest::result`]). A read has [`read_at`](Store::read_at)'s
+    /// meaning (short only at the end of the store), a write
+    /// [`write_at`](Store::write_at)'s (all bytes, or an error). umio never
+    /// puts two overlapping requests in one batch. Requests that already
+    /// carry a result (a wrapper such as [`FaultyStore`] failed them) are
+    /// left alone.
+    ///
+    /// The default performs them one after another with `read_at` and
+    /// `write_at`. A store with a submission queue (io_uring, an SPDK queue
+    /// pair) submits them all, then polls or waits for their completions.
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            req.perform(self);
+        }
+    }
+
+    /// How many requests the store usefully works on at once; umio makes
+    /// batches of up to this many requests. The default, 1, suits a
+    /// synchronous store.
+    fn queue_depth(&self) -> usize {
+        1
+    }
+
+    /// The store's bytes, when the store lives in memory the process can
+    /// read directly (a DAX device or file mapped into the process). umio
+    /// then fills a page by copying straight from here into place, with no
+    /// staging copy, and reads through [`read_at`](Store::read_at) only the
+    /// last, partial page. The slice must stay valid, and its length
+    /// equal to [`len`](Store::len), for as long as the store lives.
+    fn as_mapped(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
@@ -103,5 +161,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        (**self).submit(batch)
+    }
+    fn queue_depth(&self) -> usize {
+        (**self).queue_depth()
+    }
+    fn as_mapped(&self) -> Option<&[u8]> {
+        (**self).as_mapped()
     }
 }
