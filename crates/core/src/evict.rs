@@ -58,7 +58,7 @@ pub(crate) fn evictor_main(shared: Arc<Shared>) {
 }
 
 /// Splits sorted page indices into runs of consecutive pages.
-fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
+pub(crate) fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
     let mut i = 0;
     std::iter::from_fn(move || {
         let start = *pages.get(i)?;
@@ -147,8 +147,15 @@ impl Shared {
         );
         // Allocates only when a write-back fails.
         let mut failed: Vec<usize> = Vec::new();
-        for run in runs(&w.pages) {
-            match self.write_run(region, run.clone()) {
+        let mut dirty_runs = std::mem::take(&mut w.runs);
+        dirty_runs.clear();
+        dirty_runs.extend(runs(&w.pages));
+        let mut results = Vec::new();
+        if !dirty_runs.is_empty() {
+            self.write_runs(region, &dirty_runs, &mut results);
+        }
+        for (run, r) in dirty_runs.iter().zip(results) {
+            match r {
                 Ok(()) => {
                     self.stats
                         .evicted_dirty_pages
@@ -161,10 +168,12 @@ impl Shared {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner());
                     slot.get_or_insert(e);
-                    failed.extend(run);
+                    failed.extend(run.clone());
                 }
             }
         }
+        dirty_runs.clear();
+        w.runs = dirty_runs;
         if !failed.is_empty() {
             // Write-protected and dirty: the next write un-protects them.
             // Still resident, so still eviction candidates.

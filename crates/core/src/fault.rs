@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use umio_backends::{IoRequest, StoreError};
 use umio_cache::{FrameCredit, Observed, PageKey, PageState, Touch};
 
 use crate::prefetch::{Fault, FaultKind, FetchList};
@@ -19,6 +20,10 @@ use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE, UffdMsg};
 
 /// Largest run of pages filled by one store read and one copy.
 const MAX_FILL_RUN: usize = 2 << 20;
+/// Largest batch of prefetch reads submitted at once.
+const MAX_FILL_BATCH: usize = 8 << 20;
+/// Most runs in one batch of store requests, whatever the store's depth.
+pub(crate) const MAX_BATCH_RUNS: usize = 64;
 /// How long a miss waits for cache space before it fails with SIGBUS.
 const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -33,6 +38,8 @@ pub(crate) struct Worker {
     pub pages: Vec<usize>,
     /// What the prefetcher asked for after a fault.
     pub fetch: FetchList,
+    /// Runs of one batch of store requests.
+    pub runs: Vec<Range<usize>>,
 }
 
 impl Worker {
@@ -44,6 +51,7 @@ impl Worker {
             locked: Vec::new(),
             pages: Vec::new(),
             fetch: FetchList::new(),
+            runs: Vec::new(),
         }
     }
 }
@@ -222,40 +230,30 @@ impl Shared {
             self.fail_fill(region, page..page + 1);
             return;
         }
-        let valid = region.valid_bytes(page, 1);
-        let buf = match w.buf.get(ps) {
-            Ok(b) => b,
-            Err(e) => {
-                log::error!("umio: staging buffer allocation failed: errno {e}");
-                self.budget.release(ps as u64);
-                self.fail_fill(region, page..page + 1);
-                return;
-            }
-        };
-        self.stats.store_reads.fetch_add(1, Relaxed);
-        match region
-            .store
-            .read_at(region.store_offset(page), &mut buf[..valid])
-        {
-            Ok(n) => {
-                self.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+        let src = match self.direct_source(region, page, 1) {
+            // The store is memory we can read: copy straight from it.
+            Some(src) => {
+                self.stats.bytes_read.fetch_add(ps as u64, Relaxed);
+                region.stats.bytes_read.fetch_add(ps as u64, Relaxed);
                 region.stats.fills.fetch_add(1, Relaxed);
-                buf[n..].fill(0);
+                src
             }
-            Err(e) => {
-                log::warn!("umio: {} store: {e}", region.store.name());
-                self.budget.release(ps as u64);
-                self.fail_fill(region, page..page + 1);
-                return;
-            }
-        }
+            None => match self.read_page(w, region, page) {
+                Some(src) => src,
+                None => {
+                    self.budget.release(ps as u64);
+                    self.fail_fill(region, page..page + 1);
+                    return;
+                }
+            },
+        };
         let dirty = write && region.writable;
         let wp = region.writable && !dirty;
-        // SAFETY: buf is our staging buffer of ps readable bytes.
+        // SAFETY: src is ps readable bytes: our staging buffer, or the
+        // store's mapping, which lives as long as the store.
         // DONTWAKE: the faulting thread must not run (and, say, call
         // `flush` after a write) before the page's state is recorded.
-        let copied = unsafe { self.install(addr, buf.as_ptr(), ps, wp, true) };
+        let copied = unsafe { self.install(addr, src, ps, wp, true) };
         if let Err(e) = copied {
             log::error!("umio: UFFDIO_COPY failed: errno {e}");
             self.budget.release(ps as u64);
@@ -281,6 +279,37 @@ impl Shared {
         self.uffd.wake(addr, ps);
         self.policy.inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
+    }
+
+    /// Reads one page from the store into this worker's staging buffer,
+    /// zero-filled past the store's end. `None` (logged) if it failed.
+    fn read_page(&self, w: &mut Worker, region: &Region, page: usize) -> Option<*const u8> {
+        let ps = region.page_size;
+        let valid = region.valid_bytes(page, 1);
+        let buf = match w.buf.get(ps) {
+            Ok(b) => b,
+            Err(e) => {
+                log::error!("umio: staging buffer allocation failed: errno {e}");
+                return None;
+            }
+        };
+        self.stats.store_reads.fetch_add(1, Relaxed);
+        match region
+            .store
+            .read_at(region.store_offset(page), &mut buf[..valid])
+        {
+            Ok(n) => {
+                self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.fills.fetch_add(1, Relaxed);
+                buf[n..ps].fill(0);
+                Some(buf.as_ptr())
+            }
+            Err(e) => {
+                log::warn!("umio: {} store: {e}", region.store.name());
+                None
+            }
+        }
     }
 
     /// Shows a resolved fault to the region's prefetcher and fills what it
@@ -433,9 +462,12 @@ impl Shared {
         }
     }
 
-    /// Fills the missing pages of `pages` in runs: one store read and one
-    /// copy per run of pages this thread could lock. Pages resident or busy
-    /// are skipped. Returns the number of pages filled.
+    /// Fills the missing pages of `pages` in runs: one store request and
+    /// one copy per run of pages this thread could lock, the requests of up
+    /// to [`Store::queue_depth`] runs submitted as one batch. Pages resident
+    /// or busy are skipped. Returns the number of pages filled.
+    ///
+    /// [`Store::queue_depth`]: umio_backends::Store::queue_depth
     pub(crate) fn fill_range(
         &self,
         w: &mut Worker,
@@ -447,62 +479,167 @@ impl Shared {
         // A run's cache space is reserved whole: keep runs to a quarter of
         // the cache (at least one page: regions' pages are at most that), or
         // a run larger than the cache could never be reserved and a
-        // prefetch larger than the cache would fill nothing.
-        let max_bytes =
-            MAX_FILL_RUN.min(usize::try_from(self.budget.limit() / 4).unwrap_or(usize::MAX));
-        let max_run = (max_bytes / ps).max(1);
+        // prefetch larger than the cache would fill nothing. A batch holds
+        // its runs' space until they are installed: keep it to a quarter
+        // of the cache too, or reserving its last run could wait on space
+        // its first runs hold.
+        let quarter = usize::try_from(self.budget.limit() / 4).unwrap_or(usize::MAX);
+        let max_run = (MAX_FILL_RUN.min(quarter) / ps).max(1);
+        let max_batch = MAX_FILL_BATCH.min(quarter).max(ps);
+        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        let mut runs = std::mem::take(&mut w.runs);
         let mut filled = 0;
         let mut i = pages.start;
-        while i < pages.end {
-            if !region.pages.try_lock(i, PageState::Empty) {
+        let mut stop = false;
+        while i < pages.end && !stop {
+            runs.clear();
+            let mut bytes = 0;
+            while i < pages.end && runs.len() < depth && bytes < max_batch {
+                if !region.pages.try_lock(i, PageState::Empty) {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
                 i += 1;
+                while i < pages.end
+                    && i - start < max_run
+                    && region.pages.try_lock(i, PageState::Empty)
+                {
+                    i += 1;
+                }
+                let run = start..i;
+                if !self.reserve(w, (run.len() * ps) as u64, may_reclaim, region) {
+                    self.release_run(region, run, PageState::Empty);
+                    stop = true;
+                    break;
+                }
+                bytes += run.len() * ps;
+                runs.push(run);
+            }
+            if runs.is_empty() {
                 continue;
             }
-            let start = i;
-            i += 1;
-            while i < pages.end && i - start < max_run && region.pages.try_lock(i, PageState::Empty)
-            {
-                i += 1;
+            let (n, ok) = self.fill_runs(w, region, &runs);
+            filled += n;
+            stop |= !ok;
+        }
+        runs.clear();
+        w.runs = runs;
+        self.stats
+            .prefetched_pages
+            .fetch_add(filled as u64, Relaxed);
+        region.stats.fills.fetch_add(filled as u64, Relaxed);
+        region.stats.prefetched.fetch_add(filled as u64, Relaxed);
+        filled
+    }
+
+    /// Where a fill of `count` pages from `page` can copy from without a
+    /// staging copy: the store's own mapping ([`Store::as_mapped`]), when
+    /// it holds all of those pages' bytes.
+    ///
+    /// [`Store::as_mapped`]: umio_backends::Store::as_mapped
+    fn direct_source(&self, region: &Region, page: usize, count: usize) -> Option<*const u8> {
+        let mapped = region.store.as_mapped()?;
+        let start = usize::try_from(region.store_offset(page)).ok()?;
+        let end = start.checked_add(count * region.page_size)?;
+        (end <= mapped.len()).then(|| mapped[start..end].as_ptr())
+    }
+
+    /// Reads and installs `runs`, each held busy and Empty with its cache
+    /// space reserved: one batch of store requests (runs the store maps
+    /// are copied straight from it), then one `UFFDIO_COPY` per run. Runs
+    /// that fail are released Empty with their space. Returns the pages
+    /// filled and whether every run was.
+    fn fill_runs(&self, w: &mut Worker, region: &Region, runs: &[Range<usize>]) -> (usize, bool) {
+        let ps = region.page_size;
+        let direct: Vec<Option<*const u8>> = runs
+            .iter()
+            .map(|r| self.direct_source(region, r.start, r.len()))
+            .collect();
+        let staged: usize = runs
+            .iter()
+            .zip(&direct)
+            .filter(|(_, d)| d.is_none())
+            .map(|(r, _)| r.len() * ps)
+            .sum();
+        let fail = |run: &Range<usize>| {
+            self.budget.release((run.len() * ps) as u64);
+            self.release_run(region, run.clone(), PageState::Empty);
+        };
+        let buf = match w.buf.get(staged) {
+            Ok(b) => &mut b[..staged],
+            Err(e) => {
+                log::error!("umio: staging buffer allocation failed: errno {e}");
+                runs.iter().for_each(fail);
+                return (0, false);
             }
-            let run = start..i;
+        };
+        // Staged runs: one request each, in one batch.
+        let mut results: Vec<Option<Result<usize, StoreError>>> = vec![Some(Ok(0)); runs.len()];
+        {
+            let mut reqs = Vec::with_capacity(runs.len());
+            let mut which = Vec::with_capacity(runs.len());
+            let mut rest = &mut *buf;
+            for (k, run) in runs.iter().enumerate() {
+                if direct[k].is_some() {
+                    continue;
+                }
+                let (mine, tail) = rest.split_at_mut(run.len() * ps);
+                rest = tail;
+                let valid = region.valid_bytes(run.start, run.len());
+                reqs.push(IoRequest::read(
+                    region.store_offset(run.start),
+                    &mut mine[..valid],
+                ));
+                which.push(k);
+            }
+            self.stats.store_reads.fetch_add(reqs.len() as u64, Relaxed);
+            if !reqs.is_empty() {
+                region.store.submit(&mut reqs);
+            }
+            for (req, k) in reqs.iter().zip(which) {
+                results[k] = req.result();
+            }
+        }
+        let mut filled = 0;
+        let mut all = true;
+        let mut offset = 0;
+        for (k, run) in runs.iter().enumerate() {
             let bytes = run.len() * ps;
-            if !self.reserve(w, bytes as u64, may_reclaim, region) {
-                self.release_run(region, run, PageState::Empty);
-                break;
-            }
-            let valid = region.valid_bytes(start, run.len());
-            let buf = match w.buf.get(bytes) {
-                Ok(b) => b,
-                Err(_) => {
-                    self.budget.release(bytes as u64);
-                    self.release_run(region, run, PageState::Empty);
-                    break;
+            let src = match direct[k] {
+                Some(src) => {
+                    self.stats.bytes_read.fetch_add(bytes as u64, Relaxed);
+                    region.stats.bytes_read.fetch_add(bytes as u64, Relaxed);
+                    src
+                }
+                None => {
+                    let mine = &mut buf[offset..offset + bytes];
+                    offset += bytes;
+                    match results[k] {
+                        Some(Ok(n)) => {
+                            self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                            region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                            mine[n..].fill(0);
+                            mine.as_ptr()
+                        }
+                        r => {
+                            // A prefetch failure is not reported: the fault
+                            // that needs the page retries the read and
+                            // reports it.
+                            log::debug!("umio: prefetch read failed: {r:?}");
+                            fail(run);
+                            all = false;
+                            continue;
+                        }
+                    }
                 }
             };
-            self.stats.store_reads.fetch_add(1, Relaxed);
-            match region
-                .store
-                .read_at(region.store_offset(start), &mut buf[..valid])
-            {
-                Ok(n) => {
-                    self.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                    region.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                    buf[n..].fill(0);
-                }
-                Err(e) => {
-                    // A prefetch failure is not reported: the fault that
-                    // needs the page retries the read and reports it.
-                    log::debug!("umio: prefetch read failed: {e}");
-                    self.budget.release(bytes as u64);
-                    self.release_run(region, run, PageState::Empty);
-                    break;
-                }
-            }
-            // SAFETY: buf is our staging buffer of `bytes` readable bytes.
+            // SAFETY: src is `bytes` readable bytes: our staging buffer, or
+            // the store's mapping, which lives as long as the store.
             let copied = unsafe {
                 self.install(
-                    region.page_addr(start),
-                    buf.as_ptr(),
+                    region.page_addr(run.start),
+                    src,
                     bytes,
                     region.writable,
                     true,
@@ -510,25 +647,20 @@ impl Shared {
             };
             if let Err(e) = copied {
                 log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
-                self.budget.release(bytes as u64);
-                self.release_run(region, run, PageState::Empty);
-                break;
+                fail(run);
+                all = false;
+                continue;
             }
             filled += run.len();
             self.release_run(region, run.clone(), PageState::Clean);
             // Only now: a policy that probes a page still busy and empty
             // drops its entry as stale, and the page would be resident with
             // no entry, never evicted.
-            for p in run {
+            for p in run.clone() {
                 self.policy.prefetched(region.key(p));
             }
         }
-        self.stats
-            .prefetched_pages
-            .fetch_add(filled as u64, Relaxed);
-        region.stats.fills.fetch_add(filled as u64, Relaxed);
-        region.stats.prefetched.fetch_add(filled as u64, Relaxed);
-        filled
+        (filled, all)
     }
 
     /// Unlocks a run of pages this thread holds busy into `to`, waking

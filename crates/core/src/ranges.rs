@@ -112,20 +112,16 @@ impl Shared {
             }
         }
         let mut first: Option<StoreError> = None;
-        let mut i = 0;
-        while i < dirty.len() {
-            let mut j = i + 1;
-            while j < dirty.len() && dirty[j] == dirty[j - 1] + 1 {
-                j += 1;
-            }
-            let run = dirty[i]..dirty[j - 1] + 1;
-            if let Err(e) = self.write_run(region, run.clone()) {
+        let runs: Vec<Range<usize>> = crate::evict::runs(&dirty).collect();
+        let mut results = Vec::new();
+        self.write_runs(region, &runs, &mut results);
+        for (run, r) in runs.iter().zip(results) {
+            if let Err(e) = r {
                 // The pages are unmapped all the same: their changes are lost
                 // and reported.
                 region.dirty.fetch_sub(run.len(), Relaxed);
                 first.get_or_insert(e);
             }
-            i = j;
         }
         let pinned = pages.clone().filter(|&p| region.pages.is_pinned(p)).count();
         let (addr, len) = (

@@ -8,50 +8,78 @@
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 
-use umio_backends::StoreError;
+use umio_backends::{IoRequest, StoreError, StoreOp};
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
+use crate::fault::MAX_BATCH_RUNS;
 use crate::region::Region;
 use crate::runtime::Shared;
 
 /// Largest single write-back write.
 const MAX_WRITE: usize = 8 << 20;
+/// Most bytes one batch of write-back requests holds busy.
+const MAX_BATCH: usize = 32 << 20;
 
 impl Shared {
-    /// Writes one run of pages held busy and dirty to the store:
-    /// write-protects them, then writes them from where they are mapped.
-    /// On success the pages are counted clean (still busy); the caller
-    /// unlocks them.
-    pub(crate) fn write_run(&self, region: &Region, run: Range<usize>) -> Result<(), StoreError> {
-        let addr = region.page_addr(run.start);
-        let span = run.len() * region.page_size;
-        if let Err(e) = self.uffd.writeprotect(addr, span, true, false) {
-            return Err(StoreError::new(
-                umio_backends::StoreOp::Write,
-                region.store_offset(run.start),
-                e,
-            ));
-        }
-        let valid = region.valid_bytes(run.start, run.len());
-        // SAFETY: the pages are resident (state Dirty), held busy by this
-        // thread so nothing evicts them, and write-protected so nothing
-        // changes them while the store reads the slice.
-        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, valid) };
-        let r = region.store.write_at(region.store_offset(run.start), bytes);
-        match r {
-            Ok(()) => {
-                self.stats.writeback_ops.fetch_add(1, Relaxed);
-                self.stats.bytes_written.fetch_add(valid as u64, Relaxed);
-                region.stats.writebacks.fetch_add(1, Relaxed);
-                region.stats.bytes_written.fetch_add(valid as u64, Relaxed);
-                region.dirty.fetch_sub(run.len(), Relaxed);
+    /// Writes runs of pages held busy and dirty to the store:
+    /// write-protects each, then writes them all from where they are mapped
+    /// as one batch of requests. `out[k]` gets run `k`'s outcome; a run
+    /// written is counted clean (its pages still busy); the caller unlocks
+    /// them.
+    pub(crate) fn write_runs(
+        &self,
+        region: &Region,
+        runs: &[Range<usize>],
+        out: &mut Vec<Result<(), StoreError>>,
+    ) {
+        out.clear();
+        let mut reqs = Vec::with_capacity(runs.len());
+        let mut which = Vec::with_capacity(runs.len());
+        for (k, run) in runs.iter().enumerate() {
+            let addr = region.page_addr(run.start);
+            let span = run.len() * region.page_size;
+            if let Err(e) = self.uffd.writeprotect(addr, span, true, false) {
+                out.push(Err(StoreError::new(
+                    StoreOp::Write,
+                    region.store_offset(run.start),
+                    e,
+                )));
+                continue;
             }
-            Err(_) => {
-                self.stats.write_errors.fetch_add(1, Relaxed);
+            out.push(Ok(()));
+            let valid = region.valid_bytes(run.start, run.len());
+            // SAFETY: the pages are resident (state Dirty), held busy by
+            // this thread so nothing evicts them, and write-protected so
+            // nothing changes them while the store reads the slice.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, valid) };
+            reqs.push(IoRequest::write(region.store_offset(run.start), bytes));
+            which.push(k);
+        }
+        if !reqs.is_empty() {
+            region.store.submit(&mut reqs);
+        }
+        for (req, k) in reqs.iter().zip(which) {
+            let run = &runs[k];
+            match req.result() {
+                Some(Ok(_)) => {
+                    let valid = req.len() as u64;
+                    self.stats.writeback_ops.fetch_add(1, Relaxed);
+                    self.stats.bytes_written.fetch_add(valid, Relaxed);
+                    region.stats.writebacks.fetch_add(1, Relaxed);
+                    region.stats.bytes_written.fetch_add(valid, Relaxed);
+                    region.dirty.fetch_sub(run.len(), Relaxed);
+                }
+                r => {
+                    self.stats.write_errors.fetch_add(1, Relaxed);
+                    out[k] = Err(match r {
+                        Some(Err(e)) => e,
+                        // A store that left the request without a result.
+                        _ => StoreError::new(StoreOp::Write, req.offset(), libc::EIO),
+                    });
+                }
             }
         }
-        r
     }
 
     /// Writes back every page of `pages` dirty when called, waiting for
@@ -65,35 +93,54 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         let max_run = (MAX_WRITE / region.page_size).max(1);
+        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut results = Vec::new();
         let mut i = pages.start;
         while i < pages.end && region.dirty.load(Relaxed) > 0 {
-            match region.pages.get(i) {
-                Observed::Busy(PageState::Dirty) => {
-                    // An evictor or another flush is writing it: wait.
-                    std::thread::yield_now();
-                    continue;
+            // Lock up to `depth` runs of dirty pages (MAX_BATCH bytes).
+            runs.clear();
+            let mut bytes = 0;
+            while i < pages.end && runs.len() < depth && bytes < MAX_BATCH {
+                match region.pages.get(i) {
+                    Observed::Busy(PageState::Dirty) if runs.is_empty() => {
+                        // An evictor or another flush is writing it: wait.
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    // Write what is locked first, then wait for it.
+                    Observed::Busy(PageState::Dirty) => break,
+                    Observed::Stable(PageState::Dirty)
+                        if region.pages.try_lock(i, PageState::Dirty) => {}
+                    Observed::Stable(PageState::Dirty) => continue,
+                    _ => {
+                        i += 1;
+                        continue;
+                    }
                 }
-                Observed::Stable(PageState::Dirty)
-                    if region.pages.try_lock(i, PageState::Dirty) => {}
-                Observed::Stable(PageState::Dirty) => continue,
-                _ => {
-                    i += 1;
-                    continue;
-                }
-            }
-            let start = i;
-            i += 1;
-            while i < pages.end && i - start < max_run && region.pages.try_lock(i, PageState::Dirty)
-            {
+                let start = i;
                 i += 1;
+                while i < pages.end
+                    && i - start < max_run
+                    && region.pages.try_lock(i, PageState::Dirty)
+                {
+                    i += 1;
+                }
+                bytes += (i - start) * region.page_size;
+                runs.push(start..i);
             }
-            let run = start..i;
-            match self.write_run(region, run.clone()) {
-                Ok(()) => self.release_run(region, run, PageState::Clean),
-                Err(e) => {
-                    log::warn!("umio: write-back failed: {e}");
-                    first.get_or_insert(e);
-                    self.release_run(region, run, PageState::Dirty);
+            if runs.is_empty() {
+                continue;
+            }
+            self.write_runs(region, &runs, &mut results);
+            for (run, r) in runs.iter().zip(&results) {
+                match r {
+                    Ok(()) => self.release_run(region, run.clone(), PageState::Clean),
+                    Err(e) => {
+                        log::warn!("umio: write-back failed: {e}");
+                        first.get_or_insert(*e);
+                        self.release_run(region, run.clone(), PageState::Dirty);
+                    }
                 }
             }
         }
