@@ -722,14 +722,20 @@ mod tests {
         }
         fn bytes(&mut self, skip: usize, len: usize) -> &mut [u8] {
             // SAFETY: skip + len lies within the vector's bytes.
-            unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>().add(skip), len) }
+            unsafe {
+                std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>().add(skip), len)
+            }
         }
     }
 
     fn batches_round_trip(direct: bool) {
         let (tmp, data) = file_of(1 << 20 | 1000);
-        let s = UringStore::open(tmp.path(), true, UringOptions::new().direct(direct).depth(8))
-            .unwrap();
+        let s = UringStore::open(
+            tmp.path(),
+            true,
+            UringOptions::new().direct(direct).depth(8),
+        )
+        .unwrap();
         assert_eq!(s.is_direct(), direct);
         // 40 aligned 4 KiB reads, more than the ring's depth, and one
         // unaligned read across the end of the file.
@@ -773,7 +779,10 @@ mod tests {
         let back = std::fs::read(tmp.path()).unwrap();
         assert_eq!(back.len(), (1 << 20) + 1010);
         assert!(back[..1 << 20].iter().all(|&b| b == 0xAB));
-        assert_eq!(&back[1 << 20..(1 << 20) + 990], &data[1 << 20..(1 << 20) + 990]);
+        assert_eq!(
+            &back[1 << 20..(1 << 20) + 990],
+            &data[1 << 20..(1 << 20) + 990]
+        );
         assert!(back[(1 << 20) + 990..].iter().all(|&b| b == 0xCD));
         let st = s.stats();
         assert_eq!(st.largest_write, 1 << 20);
@@ -800,7 +809,10 @@ mod tests {
         let s = UringStore::open(tmp.path(), false, UringOptions::new()).unwrap();
         assert!(!s.is_writable());
         let e = s.write_at(4096, b"x").unwrap_err();
-        assert_eq!((e.op, e.offset, e.errno), (StoreOp::Write, 4096, libc::EBADF));
+        assert_eq!(
+            (e.op, e.offset, e.errno),
+            (StoreOp::Write, 4096, libc::EBADF)
+        );
         // An offset past what the kernel accepts.
         let mut buf = [0u8; 16];
         let at = u64::MAX - 100;

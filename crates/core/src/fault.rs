@@ -40,6 +40,8 @@ pub(crate) struct Worker {
     pub fetch: FetchList,
     /// Runs of one batch of store requests.
     pub runs: Vec<Range<usize>>,
+    /// Page ranges the prefetcher asked for, sorted.
+    pub fetch_pages: Vec<Range<usize>>,
 }
 
 impl Worker {
@@ -52,6 +54,7 @@ impl Worker {
             pages: Vec::new(),
             fetch: FetchList::new(),
             runs: Vec::new(),
+            fetch_pages: Vec::new(),
         }
     }
 }
@@ -127,7 +130,7 @@ pub(crate) fn prefetch_main(shared: Arc<Shared>) {
             }
         };
         if let Some(_g) = job.region.enter() {
-            shared.fill_range(&mut w, &job.region, job.pages, true);
+            shared.fill_ranges(&mut w, &job.region, &job.pages, true);
         }
         w.credit.release_all(&shared.budget);
     }
@@ -335,13 +338,19 @@ impl Shared {
         let mut fetch = std::mem::take(&mut w.fetch);
         fetch.clear();
         region.prefetcher.on_fault(&fault, &mut fetch);
-        for r in fetch.as_slice() {
-            let end = (r.end as usize).min(region.pages.len());
-            let start = r.start as usize;
-            if start < end {
-                self.fill_range(w, region, start..end, false);
-            }
+        let mut ranges = std::mem::take(&mut w.fetch_pages);
+        ranges.clear();
+        ranges.extend(
+            fetch
+                .as_slice()
+                .iter()
+                .map(|r| r.start as usize..r.end as usize),
+        );
+        ranges.sort_unstable_by_key(|r| r.start);
+        if !ranges.is_empty() {
+            self.fill_ranges(w, region, &ranges, false);
         }
+        w.fetch_pages = ranges;
         fetch.clear();
         w.fetch = fetch;
     }
@@ -462,17 +471,18 @@ impl Shared {
         }
     }
 
-    /// Fills the missing pages of `pages` in runs: one store request and
-    /// one copy per run of pages this thread could lock, the requests of up
-    /// to [`Store::queue_depth`] runs submitted as one batch. Pages resident
-    /// or busy are skipped. Returns the number of pages filled.
+    /// Fills the missing pages of `ranges` (sorted, disjoint) in runs: one
+    /// store request and one copy per run of pages this thread could lock,
+    /// the requests of up to [`Store::queue_depth`] runs, across ranges,
+    /// submitted as one batch. Pages resident or busy are skipped. Returns
+    /// the number of pages filled.
     ///
     /// [`Store::queue_depth`]: umio_backends::Store::queue_depth
-    pub(crate) fn fill_range(
+    pub(crate) fn fill_ranges(
         &self,
         w: &mut Worker,
         region: &Region,
-        pages: Range<usize>,
+        ranges: &[Range<usize>],
         may_reclaim: bool,
     ) -> usize {
         let ps = region.page_size;
@@ -489,25 +499,35 @@ impl Shared {
         let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
         let mut runs = std::mem::take(&mut w.runs);
         let mut filled = 0;
-        let mut i = pages.start;
+        let mut ranges = ranges
+            .iter()
+            .map(|r| r.start..r.end.min(region.pages.len()))
+            .filter(|r| !r.is_empty());
+        let mut cur = ranges.next();
         let mut stop = false;
-        while i < pages.end && !stop {
+        while !stop {
             runs.clear();
             let mut bytes = 0;
-            while i < pages.end && runs.len() < depth && bytes < max_batch {
-                if !region.pages.try_lock(i, PageState::Empty) {
-                    i += 1;
+            while let Some(pages) = cur.as_mut() {
+                if runs.len() == depth || bytes >= max_batch {
+                    break;
+                }
+                let i = pages.start;
+                if i == pages.end {
+                    cur = ranges.next();
                     continue;
                 }
-                let start = i;
-                i += 1;
-                while i < pages.end
-                    && i - start < max_run
-                    && region.pages.try_lock(i, PageState::Empty)
-                {
-                    i += 1;
+                pages.start += 1;
+                if !region.pages.try_lock(i, PageState::Empty) {
+                    continue;
                 }
-                let run = start..i;
+                while pages.start < pages.end
+                    && pages.start - i < max_run
+                    && region.pages.try_lock(pages.start, PageState::Empty)
+                {
+                    pages.start += 1;
+                }
+                let run = i..pages.start;
                 if !self.reserve(w, (run.len() * ps) as u64, may_reclaim, region) {
                     self.release_run(region, run, PageState::Empty);
                     stop = true;
@@ -517,7 +537,7 @@ impl Shared {
                 runs.push(run);
             }
             if runs.is_empty() {
-                continue;
+                break;
             }
             let (n, ok) = self.fill_runs(w, region, &runs);
             filled += n;

@@ -355,7 +355,7 @@ impl Mapping {
             .unwrap_or_else(|e| e.into_inner());
         q.push_back(PrefetchJob {
             region: self.region.clone(),
-            pages,
+            pages: vec![pages],
         });
         shared.prefetch_signal.notify_one();
         Ok(())
@@ -367,7 +367,10 @@ impl Mapping {
     /// if one lies outside the mapping nothing is queued. The ranges are
     /// filled in offset order, overlapping and adjacent ones merged, in
     /// batches: each run of consecutive missing pages costs one store read
-    /// and one `UFFDIO_COPY` (up to 2 MiB, and a quarter of the cache).
+    /// and one `UFFDIO_COPY` (up to 2 MiB, and a quarter of the cache), and
+    /// the reads of many runs go to the store together
+    /// ([`Store::submit`](umio_backends::Store::submit)), so a store such
+    /// as io_uring has them all in flight at once.
     /// Pages already resident are skipped; pages that do not fit in the
     /// cache evict older ones.
     ///
@@ -402,10 +405,10 @@ impl Mapping {
             .prefetch_jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        q.extend(merged.into_iter().map(|pages| PrefetchJob {
+        q.push_back(PrefetchJob {
             region: self.region.clone(),
-            pages,
-        }));
+            pages: merged,
+        });
         shared.prefetch_signal.notify_one();
         Ok(())
     }

@@ -35,7 +35,7 @@ impl Shared {
         }
         let mut w = Worker::new();
         for _ in 0..PIN_ATTEMPTS {
-            self.fill_range(&mut w, region, pages.clone(), true);
+            self.fill_ranges(&mut w, region, std::slice::from_ref(&pages), true);
             // Pages another thread holds busy finish on their own: a fill
             // installs them, and eviction leaves pinned pages alone.
             let missing = pages

@@ -489,10 +489,11 @@ impl Signal {
     }
 }
 
-/// A request to fill pages in the background.
+/// A request to fill pages in the background: sorted, disjoint page
+/// ranges of one region, filled in batches of store requests.
 pub(crate) struct PrefetchJob {
     pub region: Arc<Region>,
-    pub pages: Range<usize>,
+    pub pages: Vec<Range<usize>>,
 }
 
 /// State shared by the runtime's handles, its mappings and its threads.

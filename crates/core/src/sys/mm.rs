@@ -88,6 +88,9 @@ impl StagingBuffer {
 
     /// The buffer as a slice of at least `len` bytes, growing it if needed.
     pub(crate) fn get(&mut self, len: usize) -> Result<&mut [u8], i32> {
+        if len == 0 {
+            return Ok(&mut []);
+        }
         if self.len < len {
             let new_len = len.next_multiple_of(4096);
             // SAFETY: a fresh private anonymous mapping aliases nothing.
