@@ -52,7 +52,7 @@ pub use faulty::{FaultTrigger, FaultyStore};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use request::IoRequest;
-pub use uring::{UringOptions, UringStats, UringStore};
+pub use uring::{UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS};
 
 /// A backing store for mapped regions.
 ///

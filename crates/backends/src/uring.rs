@@ -595,6 +595,46 @@ impl UringStore {
         }
     }
 
+    /// One request with `pread`/`pwrite` on the descriptor its alignment
+    /// allows, looping over short transfers.
+    fn perform_one(&self, req: &mut IoRequest<'_>) {
+        use std::os::unix::fs::FileExt;
+        let mut slots = 0;
+        // No staging slot: an unaligned request takes the buffered path.
+        let route = self.route(req, None, &mut slots).route;
+        let file = match (route, &self.direct) {
+            (Route::Direct, Some(d)) => d,
+            _ => &self.file,
+        };
+        let offset = req.offset();
+        let mut done = 0;
+        let r = if let Some(buf) = req.read_buf() {
+            loop {
+                if done == buf.len() {
+                    break Ok(done);
+                }
+                match file.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break Ok(done),
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
+                    }
+                }
+            }
+        } else {
+            let buf = req.write_buf().unwrap_or(&[]);
+            file.write_all_at(buf, offset)
+                .map(|()| buf.len())
+                .map_err(|e| StoreError::from_io(StoreOp::Write, offset, &e))
+        };
+        self.counters.max_in_flight.fetch_max(1, Relaxed);
+        match r {
+            Ok(n) => self.finish(req, n),
+            Err(e) => req.complete(Err(e)),
+        }
+    }
+
     fn finish(&self, req: &mut IoRequest<'_>, n: usize) {
         let c = &self.counters;
         if req.is_write() {
@@ -672,6 +712,16 @@ impl Store for UringStore {
                 let at = req.offset();
                 req.complete(Err(StoreError::new(StoreOp::Write, at, libc::EBADF)));
             }
+        }
+        let open: Vec<usize> = (0..batch.len())
+            .filter(|&i| batch[i].result().is_none())
+            .collect();
+        if let [i] = open[..] {
+            // One request gains nothing from a ring (and a buffered one
+            // may be handed to an io_uring worker thread: a cross-CPU
+            // wake-up): do it here.
+            self.perform_one(&mut batch[i]);
+            return;
         }
         match self.take_ring() {
             Ok(mut ring) => {

@@ -209,6 +209,14 @@ struct umio_map_options {
   // umio_prefetch_ops`; the struct is copied, `user` is umio's from the
   // call on). NULL: `prefetch` and `read_ahead` choose.
   const struct umio_prefetch_ops *prefetcher;
+  // How umio reads and writes the file `fd`: `"pread"` (`pread` and
+  // `pwrite`), `"io_uring"` (io_uring, many requests in flight per
+  // batch), `"io_uring_direct"` (the same with `O_DIRECT`: the file's
+  // pages are cached once, by umio; `EINVAL` where the filesystem
+  // refuses it) or `"dax"` (the file is mapped shared, as persistent
+  // memory is, and pages are copied straight from it; its length is
+  // fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
+  const char *backend;
 };
 
 // Counters of one mapping since it was mapped.

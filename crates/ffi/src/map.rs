@@ -6,16 +6,28 @@ use std::fs::File;
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
+use umio_backends::{DaxStore, UringOptions, UringStore};
 use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher};
 
 use crate::boundary::Errno;
 use crate::store::CStore;
 use crate::{config, registry};
 
+/// How a file is read and written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// `FileStore`: `pread`/`pwrite`.
+    Pread,
+    /// `UringStore`, optionally `O_DIRECT`.
+    Uring { direct: bool },
+    /// `DaxStore`: the file mapped shared.
+    Dax,
+}
+
 /// Where the mapped bytes live.
 pub(crate) enum Source {
-    /// A file or block device.
-    Fd(c_int),
+    /// A file or block device, and how to reach it.
+    Fd(c_int, Backend),
     /// A store written in C.
     Store(CStore),
 }
@@ -103,10 +115,19 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         opts = unsafe { opts.fixed_address(req.addr as usize) };
     }
     let mapping = match source {
-        Source::Fd(fd) => {
+        Source::Fd(fd, backend) => {
             let file = dup(fd)?;
             let rt = config::runtime()?;
-            rt.map_file(&file, opts)?
+            let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+            match backend {
+                Backend::Pread => rt.map_file(&file, opts)?,
+                Backend::Uring { direct } => {
+                    let store =
+                        UringStore::new(&file, UringOptions::new().direct(direct)).map_err(io)?;
+                    rt.map(opts.store(Arc::new(store)))?
+                }
+                Backend::Dax => rt.map(opts.store(Arc::new(DaxStore::new(&file).map_err(io)?)))?,
+            }
         }
         Source::Store(store) => {
             if !store.is_complete() {

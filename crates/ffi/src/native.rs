@@ -7,7 +7,7 @@ use umio_core::{Advice, PrefetchKind};
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
 use crate::config::Eviction;
-use crate::map::{self, Request, Source};
+use crate::map::{self, Backend, Request, Source};
 use crate::policy::{CEviction, umio_eviction_ops};
 use crate::prefetcher::{CPrefetcher, umio_prefetch_ops};
 use crate::store::{CStore, umio_store_ops};
@@ -61,6 +61,14 @@ pub struct umio_map_options {
     /// umio_prefetch_ops`; the struct is copied, `user` is umio's from the
     /// call on). NULL: `prefetch` and `read_ahead` choose.
     pub prefetcher: *const umio_prefetch_ops,
+    /// How umio reads and writes the file `fd`: `"pread"` (`pread` and
+    /// `pwrite`), `"io_uring"` (io_uring, many requests in flight per
+    /// batch), `"io_uring_direct"` (the same with `O_DIRECT`: the file's
+    /// pages are cached once, by umio; `EINVAL` where the filesystem
+    /// refuses it) or `"dax"` (the file is mapped shared, as persistent
+    /// memory is, and pages are copied straight from it; its length is
+    /// fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
+    pub backend: *const c_char,
 }
 
 /// Counters of one mapping since it was mapped.
@@ -167,7 +175,7 @@ pub unsafe extern "C" fn umio_map(
     ffi_boundary!(libc::MAP_FAILED, {
         let mut req = Request::new(addr, (len != 0).then_some(len), prot, flags, offset);
         if options.is_null() {
-            return map::map(req, Source::Fd(fd));
+            return map::map(req, Source::Fd(fd, Backend::Pread));
         }
         check_ptr(options)?;
         // SAFETY: non-null, aligned, and the caller promised a valid struct.
@@ -188,9 +196,19 @@ pub unsafe extern "C" fn umio_map(
             // SAFETY: non-null, aligned, valid by the caller's promise.
             CPrefetcher::new(unsafe { &*o.prefetcher })
         });
+        // SAFETY: the caller promised a NUL-terminated string or NULL.
+        let backend = match unsafe { name(o.backend) }? {
+            None | Some("pread") => Backend::Pread,
+            Some("io_uring") => Backend::Uring { direct: false },
+            Some("io_uring_direct") => Backend::Uring { direct: true },
+            Some("dax") => Backend::Dax,
+            Some(_) => return Err(Errno(libc::EINVAL)),
+        };
         let source = match store {
-            None => Source::Fd(fd),
-            Some(_) if fd != -1 => return Err(Errno(libc::EINVAL)),
+            None => Source::Fd(fd, backend),
+            Some(_) if fd != -1 || backend != Backend::Pread => {
+                return Err(Errno(libc::EINVAL));
+            }
             Some(store) => Source::Store(store),
         };
         if let Some(p) = prefetcher {

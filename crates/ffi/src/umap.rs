@@ -15,7 +15,7 @@ use std::sync::Arc;
 use umio_core::Mapping;
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
-use crate::map::{self, Request, Source};
+use crate::map::{self, Backend, Request, Source};
 use crate::{config, registry};
 
 /// One page to prefetch with [`umap_prefetch`].
@@ -47,7 +47,7 @@ pub unsafe extern "C" fn umap(
         }
         map::map(
             Request::new(addr, Some(length), prot, flags, offset),
-            Source::Fd(fd),
+            Source::Fd(fd, Backend::Pread),
         )
     })
 }

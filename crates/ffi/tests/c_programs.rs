@@ -164,6 +164,7 @@ c_tests! {
     config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
     bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
+    backends, backends_sanitized: &[], "backends:";
 }
 
 #[test]
