@@ -28,6 +28,23 @@ impl FileStore {
         })
     }
 
+    /// A scratch store of `len` zero bytes: an unnamed file in `dir` (or
+    /// the temporary directory), gone when the store is dropped. For
+    /// anonymous, heap-style regions larger than memory: their pages spill
+    /// to it when evicted.
+    pub fn scratch(dir: Option<&std::path::Path>, len: u64) -> std::io::Result<Self> {
+        let dir = dir.map_or_else(std::env::temp_dir, |d| d.to_path_buf());
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(&dir)?;
+        file.set_len(len)?;
+        Self::new(&file)
+    }
+
     /// The underlying file.
     pub fn file(&self) -> &File {
         &self.file
@@ -160,6 +177,7 @@ pub(crate) fn file_sync(file: &File, writable: bool) -> Result<(), StoreError> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn reads_short_at_end_and_writes_extend() {
@@ -181,6 +199,17 @@ mod tests {
         assert_eq!(s.len().unwrap(), 8292);
         s.sync().unwrap();
         assert_eq!(s.read_at(100_000, &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn scratch_is_zeroed_writable_and_nameless() {
+        let s = FileStore::scratch(None, 10_000).unwrap();
+        assert_eq!(s.len().unwrap(), 10_000);
+        let mut buf = [1u8; 100];
+        assert_eq!(s.read_at(9_950, &mut buf).unwrap(), 50);
+        assert!(buf[..50].iter().all(|&b| b == 0));
+        s.write_at(0, b"spill").unwrap();
+        assert_eq!(s.file().metadata().unwrap().nlink(), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! of page faults; it only moves bytes.
 //!
 //! Implementations here:
-//! - [`FileStore`]: a file or block device through `pread`/`pwrite`/`fdatasync`.
+//! - [`FileStore`]: a file or block device through `pread`/`pwrite`/`fdatasync`,
+//!   or a nameless scratch file ([`FileStore::scratch`]).
 //! - [`MemoryStore`]: a growable byte vector, for tests and scratch regions.
 //! - [`CountingStore`]: wraps another store and counts its operations.
 //! - [`FaultyStore`]: wraps another store and fails operations on a
