@@ -60,6 +60,14 @@ pub enum Error {
     /// The runtime was shut down; it maps nothing more.
     #[error("the runtime is shut down")]
     ShutDown,
+
+    /// A hugetlbfs region was asked for and the system's pool has no free
+    /// 2 MiB page.
+    #[error(
+        "no free 2 MiB huge page: raise vm.nr_hugepages (sysctl, or \
+         /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages), or map with fallback"
+    )]
+    HugePagesUnavailable,
 }
 
 impl Error {
@@ -76,6 +84,7 @@ impl Error {
             Error::Overlap => libc::EEXIST,
             Error::NotMapped => libc::EINVAL,
             Error::PinLimit => libc::ENOMEM,
+            Error::HugePagesUnavailable => libc::ENOMEM,
         }
     }
 

@@ -128,11 +128,59 @@ impl Shared {
                     }
                 }
             }
+            if let Some(h) = &region.huge {
+                self.widen_to_promoted(w, region, h);
+            }
             freed += self.evict_locked(w, region);
         }
         victims.clear();
         w.victims = victims;
         freed
+    }
+
+    /// A victim in a promoted 2 MiB range takes the whole range with it:
+    /// evicted together, the range frees its huge page with one
+    /// `MADV_DONTNEED` instead of splitting it (its dirty pages are one
+    /// write-back run). Pages of the range another thread holds stay; the
+    /// range is then split back to small pages (counted as a demotion).
+    /// Keeps `w.locked` sorted.
+    fn widen_to_promoted(&self, w: &mut Worker, region: &Region, h: &crate::huge::HugeState) {
+        let mut added: Vec<(usize, PageState)> = Vec::new();
+        let n = w.locked.len();
+        for i in 0..n {
+            let Some(c) = h.chunk_of(w.locked[i].0) else {
+                continue;
+            };
+            if !h.demote(c) {
+                continue;
+            }
+            let mut whole = true;
+            for q in h.pages_of(c) {
+                if w.locked[..n].binary_search_by_key(&q, |x| x.0).is_ok() {
+                    continue;
+                }
+                let s = [PageState::Clean, PageState::Dirty]
+                    .into_iter()
+                    .find(|&s| region.pages.try_lock(q, s));
+                match s {
+                    Some(s) if region.pages.is_pinned(q) => {
+                        whole = false;
+                        if region.pages.unlock(q, s) {
+                            self.uffd.wake(region.page_addr(q), region.page_size);
+                        }
+                    }
+                    Some(s) => added.push((q, s)),
+                    None => whole = false,
+                }
+            }
+            if !whole {
+                self.stats.demotions.fetch_add(1, Relaxed);
+            }
+        }
+        if !added.is_empty() {
+            w.locked.extend(added);
+            w.locked.sort_unstable_by_key(|x| x.0);
+        }
     }
 
     /// Evicts the pages in `w.locked` (sorted, held busy): writes back the
@@ -225,6 +273,17 @@ impl Shared {
     /// Discards pages without writing them back (`Advice::DontNeed`),
     /// waiting for pages other threads are changing. Also clears poison.
     pub(crate) fn drop_pages(&self, region: &Region, pages: Range<usize>) -> Result<(), i32> {
+        if let Some(h) = &region.huge
+            && !pages.is_empty()
+        {
+            // The ranges lose pages: no longer promoted.
+            let cp = h.chunk_pages;
+            for c in pages.start / cp..=(pages.end - 1) / cp {
+                if h.chunk_of(c * cp).is_some() {
+                    h.demote(c);
+                }
+            }
+        }
         let mut freed = 0u64;
         for p in pages.clone() {
             loop {

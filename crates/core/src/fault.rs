@@ -42,6 +42,8 @@ pub(crate) struct Worker {
     pub runs: Vec<Range<usize>>,
     /// Page ranges the prefetcher asked for, sorted.
     pub fetch_pages: Vec<Range<usize>>,
+    /// The thread of the fault being handled (0: unknown).
+    pub thread: u32,
 }
 
 impl Worker {
@@ -55,6 +57,7 @@ impl Worker {
             fetch: FetchList::new(),
             runs: Vec::new(),
             fetch_pages: Vec::new(),
+            thread: 0,
         }
     }
 }
@@ -98,6 +101,7 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
             idle_since = None;
             for m in &msgs[..n] {
                 if let Some((addr, flags)) = m.pagefault() {
+                    w.thread = m.thread_id();
                     shared.handle_fault(&mut w, addr, flags);
                 }
             }
@@ -130,7 +134,15 @@ pub(crate) fn prefetch_main(shared: Arc<Shared>) {
             }
         };
         if let Some(_g) = job.region.enter() {
-            shared.fill_ranges(&mut w, &job.region, &job.pages, true);
+            match job.promote {
+                Some(chunk) => shared.promote(&mut w, &job.region, chunk),
+                None => {
+                    shared.fill_ranges(&mut w, &job.region, &job.pages, true);
+                }
+            }
+        } else if let (Some(chunk), Some(h)) = (job.promote, &job.region.huge) {
+            // Being unmapped: give the claim back.
+            h.demote(chunk);
         }
         w.credit.release_all(&shared.budget);
     }
@@ -150,6 +162,9 @@ impl Shared {
             return;
         };
         region.stats.faults.fetch_add(1, Relaxed);
+        if region.hugetlb {
+            self.stats.huge_faults.fetch_add(1, Relaxed);
+        }
         let page = region.page_of(addr);
         let write = flags & (PAGEFAULT_FLAG_WRITE | PAGEFAULT_FLAG_WP) != 0;
         loop {
@@ -193,6 +208,15 @@ impl Shared {
     /// First write to a clean page (or a write-protected dirty one whose
     /// write-back failed): mark it dirty, then let the write through.
     fn make_writable(&self, region: &Region, page: usize, was: PageState) {
+        if let Some(h) = &region.huge
+            && let Some(c) = h.chunk_of(page)
+            && h.is_promoted(c)
+            && self.make_range_writable(region, h, c, page, was)
+        {
+            region.pages.mark_referenced(page);
+            self.policy.touched(region.key(page), Touch::FirstWrite);
+            return;
+        }
         let addr = region.page_addr(page);
         region.pages.mark_referenced(page);
         self.policy.touched(region.key(page), Touch::FirstWrite);
@@ -334,10 +358,20 @@ impl Shared {
             write,
             kind,
             advice: region.advice_for(page as u64),
+            thread: w.thread,
         };
+        self.consider_promotion(region, &fault);
         let mut fetch = std::mem::take(&mut w.fetch);
         fetch.clear();
-        region.prefetcher.on_fault(&fault, &mut fetch);
+        // A policy that panics (the application's own) loses its advice,
+        // not the filler: the fault is already resolved.
+        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            region.prefetcher.on_fault(&fault, &mut fetch);
+        }));
+        if asked.is_err() {
+            log::error!("umio: the prefetch policy panicked; nothing prefetched");
+            fetch.clear();
+        }
         let mut ranges = std::mem::take(&mut w.fetch_pages);
         ranges.clear();
         ranges.extend(

@@ -7,6 +7,7 @@
 mod error;
 mod evict;
 mod fault;
+mod huge;
 mod mapping;
 mod prefetch;
 mod ranges;
@@ -17,6 +18,7 @@ mod sys;
 mod writeback;
 
 pub use error::{Error, Result};
+pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use mapping::{MapOptions, Mapping};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,

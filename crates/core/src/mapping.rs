@@ -8,6 +8,7 @@ use umio_backends::Store;
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
+use crate::huge::{PromoteKind, Promoter};
 use crate::prefetch::{Advice, PrefetchKind, Prefetcher};
 use crate::region::Region;
 use crate::runtime::{PrefetchJob, Runtime};
@@ -24,6 +25,10 @@ pub struct MapOptions {
     pub(crate) prefetch: Option<PrefetchKind>,
     pub(crate) prefetcher: Option<Arc<dyn Prefetcher>>,
     pub(crate) fixed_address: Option<usize>,
+    /// `Some(fallback)`: hugetlbfs pages.
+    pub(crate) hugetlb: Option<bool>,
+    pub(crate) promote: Option<PromoteKind>,
+    pub(crate) promoter: Option<Arc<dyn Promoter>>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -37,6 +42,9 @@ impl std::fmt::Debug for MapOptions {
             .field("prefetch", &self.prefetch)
             .field("custom_prefetcher", &self.prefetcher.is_some())
             .field("fixed_address", &self.fixed_address)
+            .field("hugetlb", &self.hugetlb)
+            .field("promote", &self.promote)
+            .field("custom_promoter", &self.promoter.is_some())
             .finish()
     }
 }
@@ -108,6 +116,40 @@ impl MapOptions {
     /// A prefetch policy of the application's own for this region.
     pub fn prefetcher(mut self, prefetcher: Arc<dyn Prefetcher>) -> Self {
         self.prefetcher = Some(prefetcher);
+        self
+    }
+
+    /// Backs the region with real 2 MiB pages from the hugetlbfs pool
+    /// (`MAP_HUGETLB`; available once `vm.nr_hugepages` is raised): its
+    /// page size is 2 MiB, one fault fills a whole huge page with one
+    /// `UFFDIO_COPY`, and the TLB maps it with one entry. With no free huge
+    /// page in the pool, mapping fails with [`Error::HugePagesUnavailable`],
+    /// or, with `fallback`, maps ordinary memory with 2 MiB fill units.
+    /// The pool must hold the region's share of the cache: a fill that
+    /// finds it empty raises SIGBUS, as a hugetlbfs mapping does.
+    ///
+    /// [`Error::HugePagesUnavailable`]: crate::Error::HugePagesUnavailable
+    pub fn hugetlb(mut self, fallback: bool) -> Self {
+        self.hugetlb = Some(fallback);
+        self
+    }
+
+    /// Huge-page promotion policy of the region (page size dividing 2 MiB):
+    /// faults are served at the region's page size and return at once; the
+    /// policy decides, per fault, whether to promote the aligned 2 MiB range
+    /// around it in the background: fill its missing pages in one batch,
+    /// then collapse them into a transparent huge page. Default: the
+    /// runtime's ([`Builder::promote`](crate::Builder::promote)).
+    pub fn promote(mut self, kind: PromoteKind) -> Self {
+        self.promote = Some(kind);
+        self.promoter = None;
+        self
+    }
+
+    /// A promotion policy of the caller's own (see [`Promoter`]).
+    pub fn promoter(mut self, promoter: Arc<dyn Promoter>) -> Self {
+        self.promoter = Some(promoter);
+        self.promote = None;
         self
     }
 }
@@ -356,6 +398,7 @@ impl Mapping {
         q.push_back(PrefetchJob {
             region: self.region.clone(),
             pages: vec![pages],
+            promote: None,
         });
         shared.prefetch_signal.notify_one();
         Ok(())
@@ -408,6 +451,7 @@ impl Mapping {
         q.push_back(PrefetchJob {
             region: self.region.clone(),
             pages: merged,
+            promote: None,
         });
         shared.prefetch_signal.notify_one();
         Ok(())
@@ -443,6 +487,29 @@ impl Mapping {
                     .set_advice(pages.start as u64..pages.end as u64, advice);
                 Ok(())
             }
+            Advice::Huge | Advice::NoHuge => {
+                if self.region.hugetlb {
+                    return Ok(());
+                }
+                let Some(h) = &self.region.huge else {
+                    return Err(Error::InvalidArgument(
+                        "huge-page advice needs a page size that divides 2 MiB",
+                    ));
+                };
+                let huge = advice == Advice::Huge;
+                if huge {
+                    // Let the kernel back collapsed ranges with huge pages
+                    // (the region is THP-eligible only where advised).
+                    let (addr, len) = (
+                        self.region.page_addr(pages.start),
+                        pages.len() * self.region.page_size,
+                    );
+                    crate::sys::mm::advise(addr, len, libc::MADV_HUGEPAGE)
+                        .map_err(|e| Error::os("madvise(MADV_HUGEPAGE)", e))?;
+                }
+                h.set_advice(pages, huge);
+                Ok(())
+            }
         }
     }
 
@@ -454,6 +521,17 @@ impl Mapping {
                 self.region.pages.get(offset / self.region.page_size),
                 Observed::Stable(PageState::Clean | PageState::Dirty)
             )
+    }
+
+    /// The region's aligned 2 MiB ranges now promoted to huge pages.
+    pub fn promoted_ranges(&self) -> usize {
+        self.region.huge.as_ref().map_or(0, |h| h.promoted())
+    }
+
+    /// Whether the region is backed by hugetlbfs 2 MiB pages (see
+    /// [`MapOptions::hugetlb`]; false after a fallback).
+    pub fn is_hugetlb(&self) -> bool {
+        self.region.hugetlb
     }
 
     /// Resident pages of this region now.

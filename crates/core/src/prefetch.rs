@@ -26,6 +26,13 @@ pub enum Advice {
     /// the next access reads the store again (changes not yet written back
     /// are lost, as they are for `MADV_DONTNEED` on a private mapping).
     DontNeed,
+    /// Promote the range's aligned 2 MiB ranges to huge pages on their
+    /// next miss, whatever the region's promotion policy (as
+    /// `MADV_HUGEPAGE` asks of the kernel). Needs a page size that divides
+    /// 2 MiB; a no-op on hugetlbfs regions.
+    Huge,
+    /// Never promote the range's 2 MiB ranges (as `MADV_NOHUGEPAGE`).
+    NoHuge,
 }
 
 /// What a prefetcher learns of a miss.
@@ -76,6 +83,9 @@ pub struct Fault {
     /// The advice in force for this page ([`Advice::Normal`],
     /// [`Advice::Sequential`] or [`Advice::Random`]).
     pub advice: Advice,
+    /// The faulting thread's id (Linux TID), or 0 where the kernel does
+    /// not report it (`UFFD_FEATURE_THREAD_ID`, Linux 4.14+).
+    pub thread: u32,
 }
 
 impl Fault {
@@ -281,7 +291,9 @@ impl Prefetcher for ReadAhead {
                 // or right after the last miss with no read-ahead yet.
                 if miss.page == expected {
                     let w = self.window.load(Relaxed);
-                    (w * 2).clamp(Self::FIRST_WINDOW, self.max_pages)
+                    // A window smaller than the first step (large pages)
+                    // is used whole.
+                    (w * 2).max(Self::FIRST_WINDOW).min(self.max_pages)
                 } else {
                     0
                 }
@@ -315,7 +327,7 @@ impl Prefetcher for ReadAhead {
 /// let stride = Stride::new(64 << 10, 4096);
 /// let mut fetch = FetchList::new();
 /// for page in [10, 15, 20] {
-///     let miss = Fault { page, pages: 1000, offset: page as usize * 4096, write: false,
+///     let miss = Fault { page, pages: 1000, offset: page as usize * 4096, write: false, thread: 0,
 ///                        kind: FaultKind::Miss, advice: Advice::Normal };
 ///     fetch.clear();
 ///     stride.on_fault(&miss, &mut fetch);
@@ -474,6 +486,11 @@ mod tests {
         let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
         ra.on_miss(&miss(1, Advice::Normal));
         assert!(ra.on_miss(&miss(2, Advice::Random)).is_empty());
+        // A window of fewer pages than the first step (2 MiB pages, 2 MiB
+        // window): one page ahead, never a panic.
+        let ra = ReadAhead::new(2 << 20, 2 << 20, 2 << 20);
+        assert!(ra.on_miss(&miss(0, Advice::Normal)).is_empty());
+        assert_eq!(ra.on_miss(&miss(1, Advice::Normal)), 2..3);
     }
 
     fn fault(page: u64, kind: FaultKind, advice: Advice) -> Fault {
@@ -482,6 +499,7 @@ mod tests {
             pages: 1000,
             offset: page as usize * 4096,
             write: false,
+            thread: 1,
             kind,
             advice,
         }

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
+use crate::huge::HugeState;
 use crate::prefetch::{Advice, Prefetcher};
 use crate::stats::RegionCounters;
 
@@ -45,6 +46,11 @@ pub(crate) struct Region {
     /// Serializes `unmap_range` calls on this region.
     pub unmap_lock: Mutex<()>,
     pub stats: RegionCounters,
+    /// Backed by hugetlbfs 2 MiB pages.
+    pub hugetlb: bool,
+    /// Promotion state, for regions laid out for transparent huge pages
+    /// (2 MiB-aligned, page size dividing 2 MiB).
+    pub huge: Option<HugeState>,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -89,6 +95,8 @@ impl Region {
             holes: Mutex::new(Vec::new()),
             unmap_lock: Mutex::new(()),
             stats: RegionCounters::default(),
+            hugetlb: false,
+            huge: None,
         })
     }
 

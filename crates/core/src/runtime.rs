@@ -14,6 +14,7 @@ use umio_backends::{FileStore, Store};
 use umio_cache::{EvictionPolicy, FrameBudget, PolicyKind};
 
 use crate::error::{Error, Result};
+use crate::huge::{HUGE_PAGE_SIZE, HugeState, PromoteKind};
 use crate::mapping::{MapOptions, Mapping};
 use crate::prefetch::PrefetchKind;
 use crate::region::{Region, RegionTable};
@@ -89,6 +90,7 @@ pub struct Builder {
     prefetch: PrefetchKind,
     filler_spin: Duration,
     max_fault_events: usize,
+    promote: PromoteKind,
 }
 
 impl std::fmt::Debug for Builder {
@@ -103,6 +105,7 @@ impl std::fmt::Debug for Builder {
             .field("prefetch", &self.prefetch)
             .field("filler_spin", &self.filler_spin)
             .field("max_fault_events", &self.max_fault_events)
+            .field("promote", &self.promote)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +123,7 @@ impl Default for Builder {
             prefetch: PrefetchKind::default(),
             filler_spin: Duration::from_micros(50),
             max_fault_events: 64,
+            promote: PromoteKind::Never,
         }
     }
 }
@@ -198,6 +202,13 @@ impl Builder {
         self
     }
 
+    /// Default huge-page promotion policy of regions whose page size
+    /// divides 2 MiB (see [`MapOptions::promote`]). Default: never.
+    pub fn promote(mut self, kind: PromoteKind) -> Self {
+        self.promote = kind;
+        self
+    }
+
     /// How long a filler keeps polling for fault events after the last one
     /// before it sleeps. Polling spends CPU time while faults are frequent
     /// and saves the filler's wake-up on each of them. Default 50 us; zero
@@ -221,7 +232,8 @@ impl Builder {
     /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
     /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
     /// bytes, 0 for none),
-    /// `UMIO_FILLER_SPIN_US` (microseconds). Unset or empty
+    /// `UMIO_FILLER_SPIN_US` (microseconds), `UMIO_PROMOTE` (`never`,
+    /// `always` or `sequential`; see [`PromoteKind`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
         if let Some(v) = env_var("UMIO_CACHE_BYTES") {
@@ -292,6 +304,11 @@ impl Builder {
             ),
             None => None,
         };
+        if let Some(v) = env_var("UMIO_PROMOTE") {
+            self.promote = PromoteKind::from_name(&v).ok_or(Error::InvalidArgument(
+                "UMIO_PROMOTE must be never, always or sequential",
+            ))?;
+        }
         if kind.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {
                 PrefetchKind::None => (false, 2 << 20),
@@ -340,7 +357,7 @@ impl Builder {
             syscall_errno: f.syscall_errno,
             device_errno: f.device_errno,
         })?;
-        let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON;
+        let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
         uffd.api(features.bits & wanted)
             .map_err(|e| Error::os("UFFDIO_API", e))?;
         let policy = match self.policy {
@@ -355,6 +372,7 @@ impl Builder {
                 credit_batch: (cache_bytes / 256).min(1 << 20),
                 filler_spin: self.filler_spin.min(Duration::from_secs(1)),
                 max_fault_events: self.max_fault_events,
+                promote: self.promote,
             },
             features,
             uffd,
@@ -453,6 +471,8 @@ pub(crate) struct Config {
     pub filler_spin: Duration,
     /// Fault events read at once.
     pub max_fault_events: usize,
+    /// Default promotion policy.
+    pub promote: PromoteKind,
 }
 
 /// A wake-up flag for a background thread.
@@ -494,6 +514,8 @@ impl Signal {
 pub(crate) struct PrefetchJob {
     pub region: Arc<Region>,
     pub pages: Vec<Range<usize>>,
+    /// Instead of filling `pages`: promote this 2 MiB range (claimed).
+    pub promote: Option<usize>,
 }
 
 /// State shared by the runtime's handles, its mappings and its threads.
@@ -526,7 +548,28 @@ impl Shared {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ShutDown);
         }
-        let page_size = opts.page_size.unwrap_or(self.cfg.page_size);
+        let mut page_size = opts.page_size.unwrap_or(self.cfg.page_size);
+        let mut hugetlb = false;
+        if let Some(fallback) = opts.hugetlb {
+            if opts.page_size.is_some_and(|p| p != HUGE_PAGE_SIZE) {
+                return Err(Error::InvalidArgument(
+                    "a hugetlbfs region's page size is 2 MiB",
+                ));
+            }
+            if opts.fixed_address.is_some() {
+                return Err(Error::InvalidArgument(
+                    "a hugetlbfs region cannot be mapped at a fixed address",
+                ));
+            }
+            page_size = HUGE_PAGE_SIZE;
+            if crate::huge::free_huge_pages() > 0 {
+                hugetlb = true;
+            } else if !fallback {
+                return Err(Error::HugePagesUnavailable);
+            } else {
+                log::info!("umio: no free huge page; mapping ordinary memory with 2 MiB pages");
+            }
+        }
         validate_page_size(page_size)?;
         if 4 * page_size as u64 > self.budget.limit() {
             return Err(Error::InvalidArgument(
@@ -577,6 +620,17 @@ impl Shared {
             Some(p) => p.clone(),
             None => opts.prefetch.unwrap_or(self.cfg.prefetch).build(page_size),
         };
+        // Regions whose pages tile 2 MiB ranges can be promoted.
+        let promotable = !hugetlb && HUGE_PAGE_SIZE.is_multiple_of(page_size);
+        let promoter = match &opts.promoter {
+            Some(p) => Some(p.clone()),
+            None => opts.promote.unwrap_or(self.cfg.promote).build(),
+        };
+        if promoter.is_some() && !promotable {
+            return Err(Error::InvalidArgument(
+                "huge-page promotion needs a page size that divides 2 MiB",
+            ));
+        }
         // Held from choosing the address to publishing the region, so that
         // fixed mappings cannot race each other into one range.
         let _w = self
@@ -606,9 +660,13 @@ impl Shared {
                 unsafe { mm::map_anonymous_fixed(addr, span, opts.writable) }
                     .map_err(|e| Error::os("mmap of the region at a fixed address", e))?
             }
+            None if hugetlb => mm::map_hugetlb(span, opts.writable)
+                .map_err(|e| Error::os("mmap of the hugetlbfs region", e))?,
             None => {
-                let align = if page_size.is_power_of_two() {
-                    page_size.min(2 << 20)
+                let align = if promotable {
+                    HUGE_PAGE_SIZE
+                } else if page_size.is_power_of_two() {
+                    page_size.min(HUGE_PAGE_SIZE)
                 } else {
                     MIN_PAGE_SIZE
                 };
@@ -616,13 +674,20 @@ impl Shared {
                     .map_err(|e| Error::os("mmap of the region", e))?
             }
         };
+        if promoter.is_some() {
+            // Collapsed ranges may be backed by huge pages. Not fatal: a
+            // kernel without THP refuses each collapse, counted in stats.
+            if let Err(e) = mm::advise(base, span, libc::MADV_HUGEPAGE) {
+                log::warn!("umio: madvise(MADV_HUGEPAGE) failed: errno {e}");
+            }
+        }
         if let Err(e) = self.uffd.register(base, span, opts.writable) {
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("UFFDIO_REGISTER", e));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let Some(region) = Region::new(
+        let Some(mut region) = Region::new(
             id,
             base,
             len,
@@ -637,6 +702,10 @@ impl Shared {
             debug_assert!(r.is_ok());
             return Err(Error::os("allocating the page table", libc::ENOMEM));
         };
+        region.hugetlb = hugetlb;
+        if promotable && base.is_multiple_of(HUGE_PAGE_SIZE) {
+            region.huge = Some(HugeState::new(region.pages.len(), page_size, promoter));
+        }
         let region = Arc::new(region);
         self.regions
             .store(Arc::new(self.regions.load().with(region.clone())));

@@ -64,6 +64,25 @@ counters! {
     write_errors,
     /// Times a filler evicted pages itself because the cache was full.
     direct_reclaims,
+    /// Faults on hugetlbfs regions (each fills or dirties a 2 MiB page).
+    huge_faults,
+    /// Promotions of a 2 MiB range to a huge page attempted.
+    promotions,
+    /// Of those, ranges now mapped by one huge page.
+    promotions_done,
+    /// Failed: a page of the range could not be filled or stayed busy
+    /// (cache too small, read failed, range being unmapped).
+    promotions_not_resident,
+    /// Failed: the kernel refused the collapse (see
+    /// `last_promotion_errno`).
+    promotions_refused,
+    /// Requests to promote a range whose promotion was already under way
+    /// (coalesced).
+    promotions_coalesced,
+    /// The errno of the last collapse the kernel refused (0: none).
+    last_promotion_errno,
+    /// Promoted ranges split back to small pages (a page evicted alone).
+    demotions,
 }
 
 macro_rules! region_counters {

@@ -45,6 +45,13 @@
 // boundary and end on one or at the end of the mapping.
 #define UMIO_ADVICE_DONTNEED 4
 
+// Promote the range's aligned 2 MiB ranges to huge pages on their next
+// miss (`MADV_HUGEPAGE`); needs a page size that divides 2 MiB.
+#define UMIO_ADVICE_HUGE 14
+
+// Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
+#define UMIO_ADVICE_NOHUGE 15
+
 // A page not resident (`struct umio_page_probe.state`).
 #define UMIO_PAGE_EMPTY 0
 

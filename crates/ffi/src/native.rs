@@ -30,6 +30,11 @@ pub const UMIO_ADVICE_WILLNEED: c_int = 3;
 /// the store again (`MADV_DONTNEED`). The range must start on a page
 /// boundary and end on one or at the end of the mapping.
 pub const UMIO_ADVICE_DONTNEED: c_int = 4;
+/// Promote the range's aligned 2 MiB ranges to huge pages on their next
+/// miss (`MADV_HUGEPAGE`); needs a page size that divides 2 MiB.
+pub const UMIO_ADVICE_HUGE: c_int = 14;
+/// Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
+pub const UMIO_ADVICE_NOHUGE: c_int = 15;
 
 /// Options of `umio_map`. All zeros (or a NULL pointer) means the
 /// runtime's defaults.
@@ -313,6 +318,8 @@ pub unsafe extern "C" fn umio_advise(addr: *const c_void, len: usize, advice: c_
             UMIO_ADVICE_SEQUENTIAL => Advice::Sequential,
             UMIO_ADVICE_WILLNEED => Advice::WillNeed,
             UMIO_ADVICE_DONTNEED => Advice::DontNeed,
+            UMIO_ADVICE_HUGE => Advice::Huge,
+            UMIO_ADVICE_NOHUGE => Advice::NoHuge,
             _ => return Err(Errno(libc::EINVAL)),
         };
         let m = registry::get(addr)?;
@@ -576,5 +583,7 @@ mod tests {
         assert_eq!(UMIO_ADVICE_SEQUENTIAL, libc::MADV_SEQUENTIAL);
         assert_eq!(UMIO_ADVICE_WILLNEED, libc::MADV_WILLNEED);
         assert_eq!(UMIO_ADVICE_DONTNEED, libc::MADV_DONTNEED);
+        assert_eq!(UMIO_ADVICE_HUGE, libc::MADV_HUGEPAGE);
+        assert_eq!(UMIO_ADVICE_NOHUGE, libc::MADV_NOHUGEPAGE);
     }
 }

@@ -7,8 +7,8 @@ use umio_core::{Advice, Fault, FaultKind, FetchList, Prefetcher};
 
 use crate::boundary::Errno;
 use crate::native::{
-    UMIO_ADVICE_DONTNEED, UMIO_ADVICE_NORMAL, UMIO_ADVICE_RANDOM, UMIO_ADVICE_SEQUENTIAL,
-    UMIO_ADVICE_WILLNEED,
+    UMIO_ADVICE_DONTNEED, UMIO_ADVICE_HUGE, UMIO_ADVICE_NOHUGE, UMIO_ADVICE_NORMAL,
+    UMIO_ADVICE_RANDOM, UMIO_ADVICE_SEQUENTIAL, UMIO_ADVICE_WILLNEED,
 };
 
 /// The page was not resident: this fault read it from the store
@@ -144,6 +144,8 @@ fn advice_value(advice: Advice) -> c_int {
         Advice::Random => UMIO_ADVICE_RANDOM,
         Advice::WillNeed => UMIO_ADVICE_WILLNEED,
         Advice::DontNeed => UMIO_ADVICE_DONTNEED,
+        Advice::Huge => UMIO_ADVICE_HUGE,
+        Advice::NoHuge => UMIO_ADVICE_NOHUGE,
     }
 }
 
@@ -226,6 +228,7 @@ mod tests {
             write: false,
             kind,
             advice: Advice::Normal,
+            thread: 1,
         }
     }
 

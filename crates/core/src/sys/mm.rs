@@ -31,6 +31,39 @@ pub(crate) fn map_anonymous(len: usize, align: usize, writable: bool) -> Result<
     Ok(base)
 }
 
+/// Maps `len` bytes (a multiple of 2 MiB) of private anonymous memory
+/// backed by 2 MiB hugetlbfs pages (`MAP_HUGETLB | MAP_HUGE_2MB`), not
+/// reserved up front (`MAP_NORESERVE`: pages come from the pool as they
+/// are filled) and not inherited by `fork` children. The kernel aligns it
+/// to 2 MiB.
+pub(crate) fn map_hugetlb(len: usize, writable: bool) -> Result<usize, i32> {
+    const MAP_HUGE_2MB: i32 = 21 << libc::MAP_HUGE_SHIFT;
+    // SAFETY: a fresh mapping chosen by the kernel aliases nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 },
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_HUGETLB
+                | MAP_HUGE_2MB,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    let addr = p as usize;
+    if let Err(e) = advise(addr, len, libc::MADV_DONTFORK) {
+        let _ = unmap(addr, len);
+        return Err(e);
+    }
+    Ok(addr)
+}
+
 /// Maps `len` bytes of private anonymous memory exactly at `addr`,
 /// replacing whatever the process had mapped there (`MAP_FIXED`), not
 /// inherited by `fork` children.

@@ -146,6 +146,12 @@ impl UffdMsg {
     pub(crate) fn pagefault(&self) -> Option<(usize, u64)> {
         (self.event == EVENT_PAGEFAULT).then_some((self.arg[1] as usize, self.arg[0]))
     }
+
+    /// The faulting thread's id, with `UFFD_FEATURE_THREAD_ID` (0
+    /// without).
+    pub(crate) fn thread_id(&self) -> u32 {
+        self.arg[2] as u32
+    }
 }
 
 /// Why no userfaultfd could be opened.

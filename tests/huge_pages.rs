@@ -1,0 +1,312 @@
+//! Huge pages: asynchronous promotion of 2 MiB ranges (with writers
+//! running, with eviction, never twice at once), and hugetlbfs regions with
+//! the pool reserved and empty.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use umio::backends::FileStore;
+use umio::{Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store};
+
+use common::{Rng, assert_same, random_bytes, rw_file_with};
+
+const MIB: usize = 1 << 20;
+
+fn runtime(cache: u64) -> Runtime {
+    Runtime::builder()
+        .cache_bytes(cache)
+        .page_size(4096)
+        .fillers(2)
+        .build()
+        .unwrap()
+}
+
+fn map(rt: &Runtime, file: &std::fs::File, opts: MapOptions) -> Mapping {
+    rt.map(
+        opts.store(Arc::new(FileStore::new(file).unwrap()))
+            .prefetch(PrefetchKind::None),
+    )
+    .unwrap()
+}
+
+/// Waits until `cond`, up to 20 s.
+fn wait(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Kilobytes of anonymous huge pages mapping `[addr, addr + len)`, from
+/// /proc/self/smaps (the VMA holding it).
+fn anon_huge_kb(addr: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ')
+            && let Some((a, b)) = range.split_once('-')
+            && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        {
+            inside = a <= addr && addr < b;
+            continue;
+        }
+        if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
+            return v.trim().trim_end_matches("kB").trim().parse().unwrap();
+        }
+    }
+    0
+}
+
+/// Promote-always on a writable region, writers and readers running while
+/// ranges are promoted: every byte as the model says, in memory and, after
+/// a flush, in the file. The ranges are really mapped by huge pages.
+#[test]
+fn promotion_keeps_every_byte_with_writers_running() {
+    let len = 16 * MIB;
+    let data = random_bytes(len, 21);
+    let (tmp, file) = rw_file_with(&data);
+    let rt = runtime(64 << 20);
+    let mut m = map(
+        &rt,
+        &file,
+        MapOptions::new()
+            .writable(true)
+            .promote(PromoteKind::Always),
+    );
+    let mut model = data.clone();
+    let quarter = len / 4;
+    {
+        let s = m.as_mut_slice();
+        let parts: Vec<(&mut [u8], &mut [u8])> = s
+            .chunks_mut(quarter)
+            .zip(model.chunks_mut(quarter))
+            .collect();
+        std::thread::scope(|sc| {
+            for (t, (mem, model)) in parts.into_iter().enumerate() {
+                sc.spawn(move || {
+                    let mut rng = Rng::new(t as u64 + 1);
+                    for i in 0..20_000 {
+                        let a = rng.below(mem.len());
+                        if i % 3 == 0 {
+                            let v = rng.next() as u8;
+                            mem[a] = v;
+                            model[a] = v;
+                        } else {
+                            assert_eq!(mem[a], model[a], "thread {t}, byte {a}");
+                        }
+                    }
+                });
+            }
+        });
+        assert_same(s, &model, "after the writers");
+    }
+    wait("promotions to finish", || {
+        let st = rt.stats();
+        st.promotions == st.promotions_done + st.promotions_not_resident + st.promotions_refused
+    });
+    let st = rt.stats();
+    assert!(st.promotions_done >= 4, "{st:?}");
+    assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
+    assert!(m.promoted_ranges() >= 4);
+    assert!(
+        anon_huge_kb(m.as_ptr() as usize) >= 4 * 2048,
+        "promoted ranges are not huge pages"
+    );
+    // Writes after promotion, then everything reaches the file.
+    m.as_mut_slice()[5 * MIB + 7] = 0xEE;
+    model[5 * MIB + 7] = 0xEE;
+    assert_same(m.as_slice(), &model, "after promotion");
+    m.flush().unwrap();
+    assert_same(
+        &std::fs::read(tmp.path()).unwrap(),
+        &model,
+        "file after flush",
+    );
+}
+
+/// A range promoted by advice, then written once: the whole range is dirty
+/// (dirty tracking is per 2 MiB from then on), written back whole, durable
+/// after flush, and the huge page stays whole.
+#[test]
+fn promoted_range_is_dirtied_and_written_back_whole() {
+    let len = 8 * MIB;
+    let data = random_bytes(len, 22);
+    let (tmp, file) = rw_file_with(&data);
+    let rt = runtime(64 << 20);
+    let mut m = map(&rt, &file, MapOptions::new().writable(true));
+    m.advise(2 * MIB..4 * MIB, Advice::Huge).unwrap();
+    assert_eq!(m.as_slice()[2 * MIB + 100], data[2 * MIB + 100]);
+    wait("the advised range to be promoted", || {
+        m.promoted_ranges() == 1
+    });
+    // Promotion made the range writable without faults: all 512 dirty.
+    m.flush().unwrap();
+    assert_eq!(m.dirty_pages(), 0);
+    let before = m.stats().bytes_written;
+    m.as_mut_slice()[3 * MIB] = 0x42;
+    assert_eq!(m.dirty_pages(), 512, "one write dirties the promoted range");
+    assert_eq!(m.promoted_ranges(), 1, "the range stays promoted");
+    m.flush().unwrap();
+    assert_eq!(m.stats().bytes_written - before, 2 * MIB as u64);
+    let mut want = data.clone();
+    want[3 * MIB] = 0x42;
+    assert_same(&std::fs::read(tmp.path()).unwrap(), &want, "file");
+    // Outside the advised range nothing is promoted.
+    assert_eq!(m.as_slice()[6 * MIB], data[6 * MIB]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(m.promoted_ranges(), 1);
+    assert!(rt.stats().promotions <= 1);
+}
+
+/// Promote-sequential with a cache of a quarter of the data: scans promote
+/// ranges, eviction takes promoted ranges out whole, bytes stay right;
+/// a range is never promoted twice at once (promotions never exceed the
+/// ranges times the passes).
+#[test]
+fn promoted_ranges_are_evicted_and_never_promoted_twice_at_once() {
+    let len = 32 * MIB;
+    let data = random_bytes(len, 23);
+    let (_tmp, file) = rw_file_with(&data);
+    let rt = runtime(8 << 20);
+    let m = map(
+        &rt,
+        &file,
+        MapOptions::new().promote(PromoteKind::Sequential),
+    );
+    let s = m.as_slice();
+    for pass in 0..3 {
+        for start in (0..len).step_by(256 << 10) {
+            assert_same(
+                &s[start..start + (256 << 10)],
+                &data[start..start + (256 << 10)],
+                &format!("pass {pass}"),
+            );
+        }
+    }
+    // Threads hammering one range at once: one promotion.
+    let before = rt.stats().promotions;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let (s, data, stop) = (&s, &data, &stop);
+            sc.spawn(move || {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let a = 20 * MIB + (i * 4096) % (2 * MIB);
+                    assert_eq!(s[a], data[a]);
+                    i += 1;
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let st = rt.stats();
+    assert!(st.promotions_done > 0, "{st:?}");
+    assert!(st.evicted_pages > 0, "{st:?}");
+    assert!(
+        st.promotions - before <= 1,
+        "one range promoted twice: {st:?}"
+    );
+    assert!(st.promotions <= 3 * 16 + 1, "{st:?}");
+    assert_same(s, &data, "at the end");
+}
+
+/// Sets `vm.nr_hugepages` for the test's life.
+struct HugePool {
+    was: String,
+}
+
+const NR: &str = "/proc/sys/vm/nr_hugepages";
+
+impl HugePool {
+    fn set(n: usize) -> HugePool {
+        let was = std::fs::read_to_string(NR).unwrap();
+        std::fs::write(NR, n.to_string()).unwrap();
+        HugePool { was }
+    }
+}
+
+impl Drop for HugePool {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR, self.was.trim());
+    }
+}
+
+fn free_huge() -> usize {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// hugetlbfs regions: with pages reserved, one fault fills a 2 MiB page,
+/// eviction and write-back work; with the pool empty, mapping fails
+/// cleanly or falls back, as asked. One test: it changes the system pool.
+#[test]
+fn hugetlb_regions_with_and_without_reserved_pages() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: raising vm.nr_hugepages needs root");
+        return;
+    }
+    let len = 24 * MIB + 1000;
+    let data = random_bytes(len, 24);
+    let (tmp, file) = rw_file_with(&data);
+    {
+        let _pool = HugePool::set(8);
+        if free_huge() < 8 {
+            eprintln!("skipped: the kernel gave only {} huge pages", free_huge());
+            return;
+        }
+        let rt = Runtime::builder()
+            .cache_bytes(8 << 20)
+            .fillers(2)
+            .build()
+            .unwrap();
+        let mut m = map(&rt, &file, MapOptions::new().writable(true).hugetlb(false));
+        assert!(m.is_hugetlb());
+        assert_eq!(m.page_size(), 2 * MIB);
+        assert_same(m.as_slice(), &data, "hugetlb read");
+        let st = rt.stats();
+        assert!(st.huge_faults >= 13 && st.huge_faults < 40, "{st:?}");
+        assert!(
+            st.evicted_pages > 0,
+            "a 24 MiB file through an 8 MiB cache: {st:?}"
+        );
+        m.as_mut_slice()[MIB..3 * MIB].fill(9);
+        m.as_mut_slice()[len - 1] = 10;
+        m.flush().unwrap();
+        let mut want = data.clone();
+        want[MIB..3 * MIB].fill(9);
+        want[len - 1] = 10;
+        assert_same(&std::fs::read(tmp.path()).unwrap(), &want, "hugetlb file");
+        m.unmap().unwrap();
+    }
+    let _pool = HugePool::set(0);
+    if free_huge() != 0 {
+        eprintln!("skipped: huge pages in use elsewhere");
+        return;
+    }
+    let rt = runtime(8 << 20);
+    let store = Arc::new(FileStore::new(&file).unwrap());
+    let e = rt
+        .map(MapOptions::new().store(store.clone()).hugetlb(false))
+        .unwrap_err();
+    assert!(matches!(e, Error::HugePagesUnavailable), "{e}");
+    assert_eq!(e.errno(), libc::ENOMEM);
+    assert!(e.to_string().contains("nr_hugepages"));
+    let m = rt
+        .map(MapOptions::new().store(store.clone()).hugetlb(true))
+        .unwrap();
+    assert!(!m.is_hugetlb());
+    assert_eq!(m.page_size(), 2 * MIB);
+    let mut want = vec![0u8; len];
+    assert_eq!(store.read_at(0, &mut want).unwrap(), len);
+    assert_same(m.as_slice(), &want, "fallback read");
+}
