@@ -52,6 +52,13 @@
 // Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
 #define UMIO_ADVICE_NOHUGE 15
 
+// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
+#define UMIO_HUGETLB_REQUIRE 1
+
+// `umio_map_options.hugetlb`: hugetlbfs pages, or ordinary memory with
+// 2 MiB pages when none is free.
+#define UMIO_HUGETLB_FALLBACK 2
+
 // A page not resident (`struct umio_page_probe.state`).
 #define UMIO_PAGE_EMPTY 0
 
@@ -146,6 +153,9 @@ struct umio_fault {
   // `UMIO_ADVICE_NORMAL`, `UMIO_ADVICE_SEQUENTIAL` or
   // `UMIO_ADVICE_RANDOM`.
   int advice;
+  // The faulting thread's id (Linux TID), or 0 where the kernel does not
+  // report it.
+  uint32_t thread;
 };
 
 // Pages `[start, end)` of a mapping.
@@ -188,6 +198,26 @@ struct umio_prefetch_ops {
   void *user;
 };
 
+// A huge-page promotion policy written in C, for one mapping
+// (`umio_map_options.promoter`): after each fault of the mapping umio asks
+// it whether to promote the aligned 2 MiB range around the page to a huge
+// page, and does so in the background.
+//
+// Thread safety, ownership and `release`: as for `struct
+// umio_prefetch_ops`. `should_promote` runs on umio's filler threads,
+// several at once, on the fault path: thread-safe, quick, no umio calls,
+// no touching umio-mapped memory, no unwinding.
+struct umio_promote_ops {
+  // Required. Returns nonzero to promote the 2 MiB range holding
+  // `fault->page`. Promotions of one range are coalesced; a promoted
+  // range is not offered again until it is evicted.
+  int (*should_promote)(void *user, const struct umio_fault *fault);
+  // Called once when umio no longer needs `user`. May be NULL.
+  void (*release)(void *user);
+  // Passed to every callback.
+  void *user;
+};
+
 // Options of `umio_map`. All zeros (or a NULL pointer) means the
 // runtime's defaults.
 struct umio_map_options {
@@ -224,6 +254,20 @@ struct umio_map_options {
   // memory is, and pages are copied straight from it; its length is
   // fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
   const char *backend;
+  // Huge-page promotion policy by name: `"never"`, `"always"` (the 2 MiB
+  // range of every miss) or `"sequential"` (when a thread faults on two
+  // consecutive pages). Ranges are promoted in the background. Needs a
+  // page size that divides 2 MiB. NULL or `""`: `"never"`. Must be NULL
+  // or `""` with `promoter`.
+  const char *promote;
+  // A promotion policy written in C for this mapping (see `struct
+  // umio_promote_ops`; copied, `user` is umio's from the call on).
+  const struct umio_promote_ops *promoter;
+  // `UMIO_HUGETLB_REQUIRE`: back the mapping with hugetlbfs 2 MiB pages
+  // (the page size is then 2 MiB; `ENOMEM` when the pool has no free
+  // page: raise `vm.nr_hugepages`). `UMIO_HUGETLB_FALLBACK`: the same,
+  // or ordinary memory with 2 MiB pages when the pool is empty. 0: no.
+  int hugetlb;
 };
 
 // Counters of one mapping since it was mapped.

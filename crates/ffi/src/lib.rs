@@ -28,6 +28,7 @@ mod map;
 pub mod native;
 pub mod policy;
 pub mod prefetcher;
+pub mod promoter;
 mod registry;
 pub mod store;
 pub mod umap;

@@ -7,7 +7,7 @@ use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 use umio_backends::{DaxStore, UringOptions, UringStore};
-use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher};
+use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher, PromoteKind, Promoter};
 
 use crate::boundary::Errno;
 use crate::store::CStore;
@@ -44,6 +44,11 @@ pub(crate) struct Request {
     pub prefetch: Option<PrefetchKind>,
     /// A prefetcher of the caller's own (then `prefetch` is `None`).
     pub prefetcher: Option<Arc<dyn Prefetcher>>,
+    pub promote: Option<PromoteKind>,
+    /// A promotion policy of the caller's own (then `promote` is `None`).
+    pub promoter: Option<Arc<dyn Promoter>>,
+    /// `Some(fallback)`: hugetlbfs pages.
+    pub hugetlb: Option<bool>,
 }
 
 impl Request {
@@ -65,6 +70,9 @@ impl Request {
             page_size: None,
             prefetch: None,
             prefetcher: None,
+            promote: None,
+            promoter: None,
+            hugetlb: None,
         }
     }
 }
@@ -107,6 +115,21 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     }
     if let Some(p) = req.prefetcher {
         opts = opts.prefetcher(p);
+    }
+    if let Some(k) = req.promote {
+        opts = opts.promote(k);
+    }
+    if let Some(p) = req.promoter {
+        opts = opts.promoter(p);
+    }
+    if let Some(fallback) = req.hugetlb {
+        if req
+            .page_size
+            .is_some_and(|p| p != umio_core::HUGE_PAGE_SIZE)
+        {
+            return Err(einval);
+        }
+        opts = opts.hugetlb(fallback);
     }
     if fixed {
         // SAFETY: the C caller asked for MAP_FIXED, whose contract (as for

@@ -3,13 +3,14 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-use umio_core::{Advice, PrefetchKind};
+use umio_core::{Advice, PrefetchKind, PromoteKind};
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
 use crate::config::Eviction;
 use crate::map::{self, Backend, Request, Source};
 use crate::policy::{CEviction, umio_eviction_ops};
 use crate::prefetcher::{CPrefetcher, umio_prefetch_ops};
+use crate::promoter::{CPromoter, umio_promote_ops};
 use crate::store::{CStore, umio_store_ops};
 use crate::{config, registry};
 
@@ -74,7 +75,27 @@ pub struct umio_map_options {
     /// memory is, and pages are copied straight from it; its length is
     /// fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
     pub backend: *const c_char,
+    /// Huge-page promotion policy by name: `"never"`, `"always"` (the 2 MiB
+    /// range of every miss) or `"sequential"` (when a thread faults on two
+    /// consecutive pages). Ranges are promoted in the background. Needs a
+    /// page size that divides 2 MiB. NULL or `""`: `"never"`. Must be NULL
+    /// or `""` with `promoter`.
+    pub promote: *const c_char,
+    /// A promotion policy written in C for this mapping (see `struct
+    /// umio_promote_ops`; copied, `user` is umio's from the call on).
+    pub promoter: *const umio_promote_ops,
+    /// `UMIO_HUGETLB_REQUIRE`: back the mapping with hugetlbfs 2 MiB pages
+    /// (the page size is then 2 MiB; `ENOMEM` when the pool has no free
+    /// page: raise `vm.nr_hugepages`). `UMIO_HUGETLB_FALLBACK`: the same,
+    /// or ordinary memory with 2 MiB pages when the pool is empty. 0: no.
+    pub hugetlb: c_int,
 }
+
+/// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
+pub const UMIO_HUGETLB_REQUIRE: c_int = 1;
+/// `umio_map_options.hugetlb`: hugetlbfs pages, or ordinary memory with
+/// 2 MiB pages when none is free.
+pub const UMIO_HUGETLB_FALLBACK: c_int = 2;
 
 /// Counters of one mapping since it was mapped.
 #[repr(C)]
@@ -191,6 +212,9 @@ pub unsafe extern "C" fn umio_map(
         if !o.prefetcher.is_null() {
             check_ptr(o.prefetcher)?;
         }
+        if !o.promoter.is_null() {
+            check_ptr(o.promoter)?;
+        }
         // From here on the store and the prefetcher are umio's: dropped
         // (and released) on every early return.
         let store = (!o.store.is_null()).then(|| {
@@ -200,6 +224,10 @@ pub unsafe extern "C" fn umio_map(
         let prefetcher = (!o.prefetcher.is_null()).then(|| {
             // SAFETY: non-null, aligned, valid by the caller's promise.
             CPrefetcher::new(unsafe { &*o.prefetcher })
+        });
+        let promoter = (!o.promoter.is_null()).then(|| {
+            // SAFETY: non-null, aligned, valid by the caller's promise.
+            CPromoter::new(unsafe { &*o.promoter })
         });
         // SAFETY: the caller promised a NUL-terminated string or NULL.
         let backend = match unsafe { name(o.backend) }? {
@@ -224,6 +252,29 @@ pub unsafe extern "C" fn umio_map(
             }
             req.prefetcher = Some(Arc::new(p));
         }
+        // SAFETY: the caller promised a NUL-terminated string or NULL.
+        let promote = unsafe { name(o.promote) }?;
+        match promoter {
+            Some(p) => {
+                p.check()?;
+                if promote.is_some() {
+                    return Err(Errno(libc::EINVAL));
+                }
+                req.promoter = Some(Arc::new(p));
+            }
+            None => {
+                req.promote = match promote {
+                    None => None,
+                    Some(n) => Some(PromoteKind::from_name(n).ok_or(Errno(libc::EINVAL))?),
+                };
+            }
+        }
+        req.hugetlb = match o.hugetlb {
+            0 => None,
+            UMIO_HUGETLB_REQUIRE => Some(false),
+            UMIO_HUGETLB_FALLBACK => Some(true),
+            _ => return Err(Errno(libc::EINVAL)),
+        };
         req.page_size = (o.page_size != 0).then_some(o.page_size);
         let window = if o.read_ahead == 0 {
             DEFAULT_WINDOW

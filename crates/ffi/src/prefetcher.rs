@@ -42,6 +42,9 @@ pub struct umio_fault {
     /// `UMIO_ADVICE_NORMAL`, `UMIO_ADVICE_SEQUENTIAL` or
     /// `UMIO_ADVICE_RANDOM`.
     pub advice: c_int,
+    /// The faulting thread's id (Linux TID), or 0 where the kernel does not
+    /// report it.
+    pub thread: u32,
 }
 
 /// Pages `[start, end)` of a mapping.
@@ -149,12 +152,9 @@ fn advice_value(advice: Advice) -> c_int {
     }
 }
 
-impl Prefetcher for CPrefetcher {
-    fn on_fault(&self, fault: &Fault, fetch: &mut FetchList) {
-        let Some(on_fault) = self.ops.on_fault else {
-            return;
-        };
-        let c = umio_fault {
+impl From<&Fault> for umio_fault {
+    fn from(fault: &Fault) -> umio_fault {
+        umio_fault {
             page: fault.page,
             pages: fault.pages,
             offset: fault.offset as u64,
@@ -166,7 +166,17 @@ impl Prefetcher for CPrefetcher {
                 FaultKind::Resolved => UMIO_FAULT_RESOLVED,
             },
             advice: advice_value(fault.advice),
+            thread: fault.thread,
+        }
+    }
+}
+
+impl Prefetcher for CPrefetcher {
+    fn on_fault(&self, fault: &Fault, fetch: &mut FetchList) {
+        let Some(on_fault) = self.ops.on_fault else {
+            return;
         };
+        let c = umio_fault::from(fault);
         // On the fault path: no allocation.
         let mut out = [umio_page_range::default(); UMIO_PREFETCH_MAX_RANGES];
         // SAFETY: a callback of the ops' owner, called with its `user`

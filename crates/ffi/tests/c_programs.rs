@@ -165,6 +165,7 @@ c_tests! {
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
     bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
     backends, backends_sanitized: &[], "backends:";
+    huge, huge_sanitized: &[], "huge:";
 }
 
 #[test]

@@ -1,0 +1,107 @@
+/* Huge pages from C: a promotion policy written in C is asked after faults
+   and the ranges it picks become huge pages (AnonHugePages grows); the
+   built-in policies by name; hugetlbfs options, with the pool empty, fail
+   with ENOMEM or fall back as asked; bad values fail with EINVAL. */
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#include <umio.h>
+
+#include "check.h"
+
+#define LEN ((size_t)8 << 20)
+
+static atomic_int asked, released;
+
+static int promote_first_range(void *user, const struct umio_fault *f) {
+  (void)user;
+  atomic_fetch_add(&asked, 1);
+  return f->kind == UMIO_FAULT_MISS && f->page < 512;
+}
+
+static void release(void *user) {
+  (void)user;
+  atomic_fetch_add(&released, 1);
+}
+
+static long anon_huge_kb(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  CHECK(f != NULL);
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "AnonHugePages:", 14) == 0) kb = atol(line + 14);
+  fclose(f);
+  return kb;
+}
+
+static long free_huge_pages(void) {
+  FILE *f = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+  if (f == NULL) return 0;
+  long n = 0;
+  if (fscanf(f, "%ld", &n) != 1) n = 0;
+  fclose(f);
+  return n;
+}
+
+int main(void) {
+  CHECK(umio_config_set_cache_bytes(64 << 20) == 0);
+  char path[4096];
+  int fd = make_file(path, LEN, O_RDWR);
+
+  struct umio_promote_ops ops = {promote_first_range, release, NULL};
+  struct umio_map_options o = {0};
+  o.page_size = 4096;
+  o.prefetch = "none";
+  o.promoter = &ops;
+  long before = anon_huge_kb();
+  unsigned char *p = umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &o);
+  CHECK(p != MAP_FAILED);
+  for (size_t i = 0; i < LEN; i += 4096) CHECK(p[i] == pattern(i));
+  /* Every fault outside the first range (which promotion fills) asks. */
+  CHECK(atomic_load(&asked) >= 1536);
+  /* Promotion runs in the background: wait for it (up to 10 s). */
+  int waited = 0;
+  while (anon_huge_kb() < before + 2048 && waited++ < 1000) usleep(10000);
+  CHECK(anon_huge_kb() >= before + 2048);
+  for (size_t i = 0; i < LEN; i += 511) CHECK(p[i] == pattern(i));
+  CHECK(umio_unmap(p, LEN) == 0);
+  CHECK(atomic_load(&released) == 1);
+
+  struct umio_map_options named = {0};
+  named.page_size = 4096;
+  named.promote = "sequential";
+  p = umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &named);
+  CHECK(p != MAP_FAILED);
+  for (size_t i = 0; i < LEN; i += 4096) CHECK(p[i] == pattern(i));
+  CHECK(umio_unmap(p, LEN) == 0);
+
+  struct umio_map_options bad = {0};
+  bad.promote = "often";
+  errno = 0;
+  CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &bad) == MAP_FAILED && errno == EINVAL);
+  bad.promote = "always";
+  bad.promoter = &ops; /* both: EINVAL, and the ops are released */
+  errno = 0;
+  CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &bad) == MAP_FAILED && errno == EINVAL);
+  CHECK(atomic_load(&released) == 2);
+  struct umio_map_options huge = {0};
+  huge.hugetlb = 7;
+  errno = 0;
+  CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &huge) == MAP_FAILED && errno == EINVAL);
+
+  if (free_huge_pages() == 0) {
+    huge.hugetlb = UMIO_HUGETLB_REQUIRE;
+    errno = 0;
+    CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &huge) == MAP_FAILED && errno == ENOMEM);
+    huge.hugetlb = UMIO_HUGETLB_FALLBACK;
+    p = umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &huge);
+    CHECK(p != MAP_FAILED);
+    for (size_t i = 0; i < LEN; i += 4096) CHECK(p[i] == pattern(i));
+    CHECK(umio_unmap(p, LEN) == 0);
+  }
+  close(fd);
+  unlink(path);
+  printf("huge: promotion policy in C, names, hugetlbfs options\n");
+  return 0;
+}
