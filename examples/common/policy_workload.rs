@@ -236,7 +236,7 @@ pub fn run_umio(p: &Params, data: &DataFile, kind: PolicyKind) -> Result<Row> {
 /// The whole process moves: memory is charged to the cgroup of the
 /// process's memory map owner (its main thread), so moving one thread
 /// would change nothing. Call it while no other thread allocates.
-fn in_memory_cgroup<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T> {
+pub fn in_memory_cgroup<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T> {
     let root = Path::new("/sys/fs/cgroup/memory");
     let cg = root.join(format!("umio-policies-{}", std::process::id()));
     std::fs::create_dir(&cg).map_err(|e| format!("creating {}: {e}", cg.display()))?;
@@ -259,14 +259,16 @@ fn in_memory_cgroup<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T> {
 
 /// An ext4 file system on a loop device over a /dev/shm image, mounted at
 /// a temporary directory; unmounted and removed when dropped.
-struct LoopFs {
+pub struct LoopFs {
     image: PathBuf,
-    mount: PathBuf,
+    /// Where the file system is mounted.
+    pub mount: PathBuf,
     mounted: bool,
 }
 
 impl LoopFs {
-    fn new(bytes: usize) -> Result<LoopFs> {
+    /// An ext4 file system of `bytes` bytes, mounted.
+    pub fn new(bytes: usize) -> Result<LoopFs> {
         let id = std::process::id();
         let mut fs = LoopFs {
             image: PathBuf::from(format!("/dev/shm/umio-policies-{id}.ext4")),
@@ -310,13 +312,16 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// A read-only shared mapping of `len` bytes of `file` at `offset`.
-struct Mmap {
-    ptr: *mut u8,
-    len: usize,
+pub struct Mmap {
+    /// First byte.
+    pub ptr: *mut u8,
+    /// Bytes mapped.
+    pub len: usize,
 }
 
 impl Mmap {
-    fn new(file: &File, offset: usize, len: usize, advice: i32) -> Result<Mmap> {
+    /// Maps `len` bytes of `file` at `offset` with `madvise` `advice`.
+    pub fn new(file: &File, offset: usize, len: usize, advice: i32) -> Result<Mmap> {
         // SAFETY: a fresh mapping chosen by the kernel; the file is open.
         let ptr = unsafe {
             libc::mmap(
@@ -358,7 +363,7 @@ impl Drop for Mmap {
 }
 
 /// Drops the file's pages from the page cache, so the next run starts cold.
-fn drop_cache(file: &File) {
+pub fn drop_cache(file: &File) {
     // SAFETY: plain system calls on an open descriptor.
     unsafe {
         libc::fdatasync(file.as_raw_fd());

@@ -1,0 +1,340 @@
+//! Huge pages beside Linux `mmap`: a sequential scan and a locality-heavy
+//! random workload over a file four times the cache, with umio at 4 KiB
+//! pages, 4 KiB pages promoted to 2 MiB huge pages in the background,
+//! 2 MiB fill units in ordinary memory, and hugetlbfs 2 MiB pages; and
+//! Linux `mmap` of the same data under a cgroup v1 memory limit of the
+//! cache's size (a copy on ext4 over a loop device over /dev/shm: tmpfs
+//! pages are not charged to a cgroup).
+//!
+//! For each: page faults taken (umio: fault events; mmap: minor + major
+//! faults from `getrusage`), bytes per store read, and throughput.
+//!
+//! ```text
+//! cargo run --release --example huge -- [--size MiB] [--cache MiB] [--ops N]
+//! ```
+//!
+//! Root is needed (userfaultfd; reserving hugetlbfs pages, restored at
+//! exit; the cgroup and the loop device). Without them the rows that need
+//! them are skipped, saying why.
+
+#[path = "common/policy_workload.rs"]
+mod policy_workload;
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use policy_workload::{LoopFs, Mmap, Result, drop_cache, in_memory_cgroup};
+use umio::backends::FileStore;
+use umio::{MapOptions, PrefetchKind, PromoteKind, Runtime};
+
+const MIB: usize = 1 << 20;
+
+#[derive(Clone, Copy)]
+struct Params {
+    size: usize,
+    cache: usize,
+    ops: usize,
+}
+
+/// One workload's outcome.
+#[derive(Clone, Copy, Default)]
+struct Outcome {
+    time: Duration,
+    faults: u64,
+    reads: u64,
+    bytes: u64,
+    sum: u64,
+}
+
+/// Reads one word every 4 KiB from start to end.
+fn scan(base: *const u8, len: usize) -> u64 {
+    let mut sum = 0u64;
+    for off in (0..len).step_by(4096) {
+        // SAFETY: off < len, within the mapping.
+        sum = sum.wrapping_add(unsafe { base.add(off).cast::<u64>().read_volatile() });
+    }
+    sum
+}
+
+/// `ops` reads: a random 2 MiB range, then 64 random 4 KiB pages in it
+/// (what graph and index workloads look like: clusters of nearby pages).
+fn clustered(base: *const u8, len: usize, ops: usize) -> u64 {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as usize
+    };
+    let ranges = len / (2 * MIB);
+    let mut sum = 0u64;
+    for _ in 0..ops / 64 {
+        let r = next() % ranges * 2 * MIB;
+        for _ in 0..64 {
+            let off = r + next() % 512 * 4096;
+            // SAFETY: off < ranges * 2 MiB <= len.
+            sum = sum.wrapping_add(unsafe { base.add(off).cast::<u64>().read_volatile() });
+        }
+    }
+    sum
+}
+
+fn minor_major_faults() -> u64 {
+    // SAFETY: getrusage writes one struct rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    (ru.ru_minflt + ru.ru_majflt) as u64
+}
+
+#[derive(Clone, Copy)]
+enum Config {
+    Small,
+    SmallReadAhead,
+    Promote,
+    Large,
+    LargeReadAhead,
+    Hugetlb,
+    HugetlbReadAhead,
+}
+
+impl Config {
+    fn name(self) -> &'static str {
+        match self {
+            Config::Small => "umio 4 KiB, no read-ahead",
+            Config::SmallReadAhead => "umio 4 KiB, read-ahead",
+            Config::Promote => "umio 4 KiB, promote-sequential",
+            Config::Large => "umio 2 MiB fill unit",
+            Config::LargeReadAhead => "umio 2 MiB fill unit, read-ahead 8 MiB",
+            Config::Hugetlb => "umio hugetlbfs 2 MiB",
+            Config::HugetlbReadAhead => "umio hugetlbfs 2 MiB, read-ahead 8 MiB",
+        }
+    }
+}
+
+fn run_umio(p: &Params, file: &File, config: Config, clustered_ops: bool) -> Result<Outcome> {
+    let rt = Runtime::builder()
+        .cache_bytes(p.cache as u64)
+        .fillers(2)
+        .build()?;
+    let ahead = PrefetchKind::Sequential {
+        max_window: 8 * MIB,
+    };
+    let mut opts = MapOptions::new()
+        .store(Arc::new(FileStore::new(file)?))
+        .page_size(4096)
+        .prefetch(PrefetchKind::None);
+    opts = match config {
+        Config::Small => opts,
+        Config::SmallReadAhead => opts.prefetch(PrefetchKind::Sequential {
+            max_window: 2 * MIB,
+        }),
+        Config::Promote => opts.promote(PromoteKind::Sequential),
+        Config::Large => opts.page_size(2 * MIB),
+        Config::LargeReadAhead => opts.page_size(2 * MIB).prefetch(ahead),
+        Config::Hugetlb | Config::HugetlbReadAhead => MapOptions::new()
+            .store(Arc::new(FileStore::new(file)?))
+            .hugetlb(false)
+            .prefetch(if matches!(config, Config::Hugetlb) {
+                PrefetchKind::None
+            } else {
+                ahead
+            }),
+    };
+    let m = rt.map(opts)?;
+    let t = Instant::now();
+    let sum = if clustered_ops {
+        clustered(m.as_ptr(), m.len(), p.ops)
+    } else {
+        scan(m.as_ptr(), m.len())
+    };
+    let time = t.elapsed();
+    let st = rt.stats();
+    Ok(Outcome {
+        time,
+        faults: st.faults,
+        reads: st.store_reads,
+        bytes: st.bytes_read,
+        sum,
+    })
+}
+
+fn run_mmap(p: &Params, file: &File, clustered_ops: bool) -> Outcome {
+    drop_cache(file);
+    let advice = if clustered_ops {
+        libc::MADV_RANDOM
+    } else {
+        libc::MADV_SEQUENTIAL
+    };
+    let m = Mmap::new(file, 0, p.size, advice).expect("mmap");
+    let f0 = minor_major_faults();
+    let t = Instant::now();
+    let sum = if clustered_ops {
+        clustered(m.ptr, m.len, p.ops)
+    } else {
+        scan(m.ptr, m.len)
+    };
+    Outcome {
+        time: t.elapsed(),
+        faults: minor_major_faults() - f0,
+        reads: 0,
+        bytes: 0,
+        sum,
+    }
+}
+
+/// Raises `vm.nr_hugepages` to `n` for its lifetime.
+struct HugePool(Option<String>);
+
+impl HugePool {
+    fn reserve(n: usize) -> HugePool {
+        const NR: &str = "/proc/sys/vm/nr_hugepages";
+        let was = std::fs::read_to_string(NR).ok();
+        if std::fs::write(NR, n.to_string()).is_err() {
+            return HugePool(None);
+        }
+        HugePool(was)
+    }
+}
+
+impl Drop for HugePool {
+    fn drop(&mut self) {
+        if let Some(was) = &self.0 {
+            let _ = std::fs::write("/proc/sys/vm/nr_hugepages", was.trim());
+        }
+    }
+}
+
+fn row(name: &str, p: &Params, o: &Outcome, base: Option<&Outcome>, clustered_ops: bool) {
+    let touched = if clustered_ops { p.ops / 64 * 64 } else { p.size / 4096 };
+    let per_sec = touched as f64 / o.time.as_secs_f64();
+    let per_io = if o.reads > 0 {
+        format!("{} KiB", o.bytes / o.reads / 1024)
+    } else {
+        "-".into()
+    };
+    let vs = base.map_or("-".into(), |b| {
+        format!("{:.2}x", b.time.as_secs_f64() / o.time.as_secs_f64())
+    });
+    println!(
+        "| {name} | {:.1} | {:.0} | {} | {per_io} | {vs} |",
+        o.time.as_secs_f64() * 1e3,
+        per_sec,
+        o.faults,
+    );
+}
+
+fn main() -> Result<()> {
+    let mut p = Params {
+        size: 256 * MIB,
+        cache: 64 * MIB,
+        ops: 200_000,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || -> Result<usize> {
+            Ok(args.next().ok_or(format!("{a} needs a value"))?.parse()?)
+        };
+        match a.as_str() {
+            "--size" => p.size = val()? * MIB,
+            "--cache" => p.cache = val()? * MIB,
+            "--ops" => p.ops = val()?,
+            _ => return Err(format!("unknown argument {a}; see the example's doc comment").into()),
+        }
+    }
+    if p.size < 16 * MIB || p.cache < 8 * MIB || p.size % (2 * MIB) != 0 {
+        return Err("--size must be a multiple of 2 (MiB), at least 16; --cache at least 8".into());
+    }
+    // The data: on tmpfs for umio (a fast device), and a copy on ext4 over
+    // a loop device for Linux mmap under a cgroup limit.
+    let tmp = tempfile::NamedTempFile::new_in("/dev/shm")?;
+    {
+        let mut x = 7u64;
+        let data: Vec<u8> = (0..p.size)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect();
+        std::fs::write(tmp.path(), data)?;
+    }
+    let file = File::open(tmp.path())?;
+    let fs = LoopFs::new(p.size + p.size / 4 + 64 * MIB);
+    let ext4 = match &fs {
+        Ok(fs) => {
+            let copy = fs.mount.join("data.bin");
+            std::fs::copy(tmp.path(), &copy)?;
+            Some(File::open(&copy)?)
+        }
+        Err(e) => {
+            eprintln!("mmap under a cgroup limit skipped: {e}");
+            None
+        }
+    };
+    let pool = HugePool::reserve(p.cache / (2 * MIB) + 4);
+    println!(
+        "{} MiB file (umio: tmpfs; mmap: ext4 on a loop device over tmpfs, cgroup limit {} MiB), cache {} MiB, 2 fillers",
+        p.size / MIB,
+        p.cache / MIB,
+        p.cache / MIB
+    );
+    for clustered_ops in [false, true] {
+        println!();
+        if clustered_ops {
+            println!(
+                "Clustered random reads: {} reads, 64 random 4 KiB pages per random 2 MiB range",
+                p.ops / 64 * 64
+            );
+        } else {
+            println!("Sequential scan: one 8-byte read per 4 KiB");
+        }
+        println!();
+        println!("| configuration | ms | pages/s | faults | bytes per store read | vs mmap |");
+        println!("|---|---|---|---|---|---|");
+        let base = match &ext4 {
+            Some(f) => {
+                let o = in_memory_cgroup(p.cache, || run_mmap(&p, f, clustered_ops))?;
+                row(
+                    &format!("Linux mmap, cgroup {} MiB", p.cache / MIB),
+                    &p,
+                    &o,
+                    None,
+                    clustered_ops,
+                );
+                Some(o)
+            }
+            None => None,
+        };
+        let tmpfs = run_mmap(&p, &file, clustered_ops);
+        row("Linux mmap, tmpfs, no limit", &p, &tmpfs, base.as_ref(), clustered_ops);
+        let mut sums = vec![tmpfs.sum];
+        for c in [
+            Config::Small,
+            Config::SmallReadAhead,
+            Config::Promote,
+            Config::Large,
+            Config::LargeReadAhead,
+            Config::Hugetlb,
+            Config::HugetlbReadAhead,
+        ] {
+            if matches!(c, Config::Hugetlb | Config::HugetlbReadAhead) && pool.0.is_none() {
+                eprintln!("hugetlbfs skipped: cannot raise vm.nr_hugepages");
+                continue;
+            }
+            match run_umio(&p, &file, c, clustered_ops) {
+                Ok(o) => {
+                    row(c.name(), &p, &o, base.as_ref(), clustered_ops);
+                    sums.push(o.sum);
+                }
+                Err(e) => eprintln!("{} skipped: {e}", c.name()),
+            }
+        }
+        if sums.iter().any(|&s| s != sums[0]) {
+            return Err(format!("checksums differ: {sums:?}").into());
+        }
+    }
+    drop(ext4);
+    drop(fs);
+    Ok(())
+}
