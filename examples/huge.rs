@@ -209,11 +209,10 @@ impl Drop for HugePool {
 fn row(name: &str, p: &Params, o: &Outcome, base: Option<&Outcome>, clustered_ops: bool) {
     let touched = if clustered_ops { p.ops / 64 * 64 } else { p.size / 4096 };
     let per_sec = touched as f64 / o.time.as_secs_f64();
-    let per_io = if o.reads > 0 {
-        format!("{} KiB", o.bytes / o.reads / 1024)
-    } else {
-        "-".into()
-    };
+    let per_io = o
+        .bytes
+        .checked_div(o.reads)
+        .map_or("-".into(), |b| format!("{} KiB", b / 1024));
     let vs = base.map_or("-".into(), |b| {
         format!("{:.2}x", b.time.as_secs_f64() / o.time.as_secs_f64())
     });
