@@ -242,7 +242,7 @@ fn main() -> Result<()> {
             _ => return Err(format!("unknown argument {a}; see the example's doc comment").into()),
         }
     }
-    if p.size < 16 * MIB || p.cache < 8 * MIB || p.size % (2 * MIB) != 0 {
+    if p.size < 16 * MIB || p.cache < 8 * MIB || !p.size.is_multiple_of(2 * MIB) {
         return Err("--size must be a multiple of 2 (MiB), at least 16; --cache at least 8".into());
     }
     // The data: on tmpfs for umio (a fast device), and a copy on ext4 over
