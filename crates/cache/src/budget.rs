@@ -1,4 +1,4 @@
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The bound on the bytes the cache holds, shared by every region of a
 /// runtime, with the watermarks that drive background eviction.
@@ -137,7 +137,7 @@ impl FrameCredit {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -55,6 +55,7 @@ mod lru;
 mod page_table;
 mod policy;
 mod shards;
+mod sync;
 mod two_q;
 
 pub use budget::{FrameBudget, FrameCredit};
@@ -65,5 +66,5 @@ pub use policy::{
 };
 pub use two_q::{TwoQ, TwoQConfig};
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod sim_tests;

@@ -341,7 +341,7 @@ impl<const SECOND_CHANCE: bool> EvictionPolicy for QueuePolicy<SECOND_CHANCE> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::PageTable;
