@@ -44,6 +44,8 @@ pub(crate) struct Worker {
     pub fetch_pages: Vec<Range<usize>>,
     /// The thread of the fault being handled (0: unknown).
     pub thread: u32,
+    /// Holds one of the current region's store slots (`store_slots`).
+    pub in_store: bool,
 }
 
 impl Worker {
@@ -58,6 +60,7 @@ impl Worker {
             runs: Vec::new(),
             fetch_pages: Vec::new(),
             thread: 0,
+            in_store: false,
         }
     }
 }
@@ -183,7 +186,7 @@ impl Shared {
                 }
                 Observed::Stable(PageState::Empty) => {
                     if region.pages.try_lock(page, PageState::Empty) {
-                        self.fill_fault(w, region, page, write);
+                        self.fill_fault_in_slot(w, region, page, write);
                         return;
                     }
                 }
@@ -240,7 +243,7 @@ impl Shared {
     }
 
     /// Fills a missed page this thread holds busy, then reads ahead.
-    fn fill_fault(&self, w: &mut Worker, region: &Region, page: usize, write: bool) {
+    pub(crate) fn fill_fault(&self, w: &mut Worker, region: &Region, page: usize, write: bool) {
         let ps = region.page_size;
         let addr = region.page_addr(page);
         if !self.reserve(w, ps as u64, true, region) {
@@ -382,7 +385,7 @@ impl Shared {
         );
         ranges.sort_unstable_by_key(|r| r.start);
         if !ranges.is_empty() {
-            self.fill_ranges(w, region, &ranges, false);
+            self.fill_ranges_in_slot(w, region, &ranges);
         }
         w.fetch_pages = ranges;
         fetch.clear();

@@ -14,6 +14,7 @@ mod ranges;
 mod region;
 mod runtime;
 mod stats;
+mod store_slots;
 mod sys;
 mod writeback;
 

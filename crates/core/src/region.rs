@@ -12,6 +12,7 @@ use umio_cache::{PageKey, PageTable};
 use crate::huge::HugeState;
 use crate::prefetch::{Advice, Prefetcher};
 use crate::stats::RegionCounters;
+use crate::store_slots::StoreSlots;
 
 /// Set in `Region::users` once unmapping has begun.
 const CLOSING: usize = 1 << (usize::BITS - 1);
@@ -51,6 +52,9 @@ pub(crate) struct Region {
     /// Promotion state, for regions laid out for transparent huge pages
     /// (2 MiB-aligned, page size dividing 2 MiB).
     pub huge: Option<HugeState>,
+    /// Fillers in the store on the fault path, bounded, and the misses
+    /// queued for them.
+    pub store_slots: StoreSlots,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -97,6 +101,7 @@ impl Region {
             stats: RegionCounters::default(),
             hugetlb: false,
             huge: None,
+            store_slots: StoreSlots::default(),
         })
     }
 

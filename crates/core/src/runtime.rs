@@ -373,6 +373,7 @@ impl Builder {
                 filler_spin: self.filler_spin.min(Duration::from_secs(1)),
                 max_fault_events: self.max_fault_events,
                 promote: self.promote,
+                fillers: self.fillers,
             },
             features,
             uffd,
@@ -473,6 +474,8 @@ pub(crate) struct Config {
     pub max_fault_events: usize,
     /// Default promotion policy.
     pub promote: PromoteKind,
+    /// Filler threads.
+    pub fillers: usize,
 }
 
 /// A wake-up flag for a background thread.

@@ -52,6 +52,10 @@ counters! {
     prefetched_pages,
     /// Failed fills (the faulting thread got SIGBUS).
     read_errors,
+    /// Misses a filler did not read itself because all but one filler were
+    /// already in the region's store: queued for one of those (a slow or
+    /// hung store; see `docs/ARCHITECTURE.md`).
+    queued_fills,
     /// Pages evicted.
     evicted_pages,
     /// Of those, pages that were dirty and written back first.
