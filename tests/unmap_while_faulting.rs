@@ -191,7 +191,7 @@ fn unmap_while_other_threads_fault() {
             for h in writers {
                 stamps.extend(join("a writer of A", h));
             }
-            a.prefetch_ranges(&[0..PAGES * PAGE]).unwrap();
+            a.prefetch(0..PAGES * PAGE).unwrap();
             let a = Arc::into_inner(a).expect("the writers dropped their handles");
             within("unmap of A", move || a.unmap()).unwrap();
             check_store(&store_a, &original, &stamps, "A's store after unmap");
@@ -211,7 +211,7 @@ fn unmap_while_other_threads_fault() {
             for h in high_writers {
                 stamps.extend(join("a writer of A's upper half", h));
             }
-            a.prefetch_ranges(&[0..PAGES * PAGE]).unwrap();
+            a.prefetch(0..PAGES * PAGE).unwrap();
             let a2 = a.clone();
             within("unmap_range of A's upper half", move || {
                 a2.unmap_range(high.start * PAGE..high.end * PAGE)
