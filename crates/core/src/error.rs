@@ -10,14 +10,35 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
 
-    /// No userfaultfd could be opened.
+    /// No userfaultfd could be opened, not even one for user-mode faults
+    /// only (which needs Linux 5.11 and no seccomp filter against
+    /// `userfaultfd(2)`).
     #[error(
-        "userfaultfd is not available to this process ({}; /dev/userfaultfd: {}): run as root, \
-         set the sysctl vm.unprivileged_userfaultfd=1, or grant read-write access to /dev/userfaultfd",
+        "userfaultfd is not available to this process (userfaultfd(2): {}; /dev/userfaultfd: {}): \
+         run as root, grant read-write access to /dev/userfaultfd, or set the sysctl \
+         vm.unprivileged_userfaultfd=1",
         std::io::Error::from_raw_os_error(*syscall_errno),
         std::io::Error::from_raw_os_error(*device_errno)
     )]
     UffdUnavailable {
+        /// errno of the `userfaultfd(2)` system call.
+        syscall_errno: i32,
+        /// errno of opening `/dev/userfaultfd`.
+        device_errno: i32,
+    },
+
+    /// Full-mode userfaultfd (faults raised by the kernel delivered too)
+    /// was required ([`UffdMode::Full`](crate::UffdMode::Full),
+    /// `UMIO_UFFD_MODE=full`) and this process may not open one.
+    #[error(
+        "userfaultfd in full mode was required but is not available to this process \
+         (userfaultfd(2): {}; /dev/userfaultfd: {}): run as root, grant read-write access to \
+         /dev/userfaultfd, or set the sysctl vm.unprivileged_userfaultfd=1; or accept \
+         user-mode-only faults (UMIO_UFFD_MODE=auto)",
+        std::io::Error::from_raw_os_error(*syscall_errno),
+        std::io::Error::from_raw_os_error(*device_errno)
+    )]
+    FullModeUnavailable {
         /// errno of the `userfaultfd(2)` system call.
         syscall_errno: i32,
         /// errno of opening `/dev/userfaultfd`.
@@ -76,6 +97,7 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::UffdUnavailable { syscall_errno, .. } => *syscall_errno,
+            Error::FullModeUnavailable { syscall_errno, .. } => *syscall_errno,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::ReadOnlyStore => libc::EACCES,
             Error::Os { errno, .. } => *errno,

@@ -25,7 +25,7 @@ pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
 pub use runtime::{
-    Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, default_cache_bytes,
+    Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, UffdMode, default_cache_bytes,
     default_fillers, kernel_features,
 };
 pub use stats::{RegionStats, Stats};

@@ -28,16 +28,68 @@ pub const MIN_PAGE_SIZE: usize = 4096;
 /// Largest fill unit accepted.
 pub const MAX_PAGE_SIZE: usize = 1 << 30;
 
+/// Which page faults a runtime's userfaultfd receives: see
+/// [`Builder::uffd_mode`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UffdMode {
+    /// Full mode where this process may open a full-mode userfaultfd,
+    /// user-mode-only otherwise. The default.
+    #[default]
+    Auto,
+    /// Full mode, or [`Runtime::build`](Builder::build) fails with
+    /// [`Error::FullModeUnavailable`], which says what to change.
+    Full,
+    /// User-mode-only (`UFFD_USER_MODE_ONLY`) even where full mode is
+    /// allowed: faults raised by the kernel on a mapping's behalf (a
+    /// non-resident mapped buffer passed to `read(2)` or `write(2)`) fail
+    /// the system call with `EFAULT` instead of being served.
+    UserModeOnly,
+}
+
+impl UffdMode {
+    /// By name, any case: `auto`, `full`, or `user` (also `user-mode-only`,
+    /// `user_mode_only`), as `UMIO_UFFD_MODE` takes them.
+    pub fn from_name(name: &str) -> Option<UffdMode> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(UffdMode::Auto),
+            "full" => Some(UffdMode::Full),
+            "user" | "user-mode-only" | "user_mode_only" => Some(UffdMode::UserModeOnly),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](UffdMode::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UffdMode::Auto => "auto",
+            UffdMode::Full => "full",
+            UffdMode::UserModeOnly => "user",
+        }
+    }
+}
+
 /// What the kernel's userfaultfd offers, probed once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelFeatures {
     bits: u64,
+    user_mode_only: bool,
 }
 
 impl KernelFeatures {
     /// The raw `UFFDIO_API` feature mask.
     pub fn bits(&self) -> u64 {
         self.bits
+    }
+    /// From [`kernel_features`]: this process may not open a full-mode
+    /// userfaultfd, so runtimes in [`UffdMode::Auto`] serve user-mode
+    /// faults only. From [`Runtime::kernel_features`]: this runtime's
+    /// userfaultfd is user-mode-only. Then a non-resident page of a
+    /// mapping passed to a system call (`read(2)` into it, `write(2)` from
+    /// it) fails the call with `EFAULT` (or shortens it), and so does a
+    /// system call writing into a clean page of a writable mapping; see
+    /// [`Mapping::pin`] for the way around it.
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
     }
     /// Write-protect faults on anonymous memory: needed by writable mappings.
     pub fn write_protect(&self) -> bool {
@@ -59,18 +111,50 @@ impl KernelFeatures {
 
 /// Probes the kernel once (on a throw-away descriptor: `UFFDIO_API` may be
 /// called once per descriptor) and remembers the answer.
+///
+/// It tries a full-mode descriptor first and a user-mode-only one second
+/// ([`KernelFeatures::user_mode_only`] says which it got); it fails only
+/// if neither can be opened.
 pub fn kernel_features() -> Result<KernelFeatures> {
     static PROBE: OnceLock<Result<KernelFeatures>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            let fd = Uffd::open().map_err(|f| Error::UffdUnavailable {
-                syscall_errno: f.syscall_errno,
-                device_errno: f.device_errno,
-            })?;
+            let (fd, user_mode_only) = open_uffd(UffdMode::Auto)?;
             let bits = fd.api(0).map_err(|e| Error::os("UFFDIO_API", e))?;
-            Ok(KernelFeatures { bits })
+            Ok(KernelFeatures {
+                bits,
+                user_mode_only,
+            })
         })
         .clone()
+}
+
+/// Opens a userfaultfd in `mode`; returns it and whether it is
+/// user-mode-only.
+fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {
+    let unavailable = |f: crate::sys::uffd::OpenFailure| Error::UffdUnavailable {
+        syscall_errno: f.syscall_errno,
+        device_errno: f.device_errno,
+    };
+    match mode {
+        UffdMode::UserModeOnly => Uffd::open(true).map(|u| (u, true)).map_err(unavailable),
+        UffdMode::Full => {
+            Uffd::open(false)
+                .map(|u| (u, false))
+                .map_err(|f| Error::FullModeUnavailable {
+                    syscall_errno: f.syscall_errno,
+                    device_errno: f.device_errno,
+                })
+        }
+        UffdMode::Auto => match Uffd::open(false) {
+            Ok(u) => Ok((u, false)),
+            // The errnos of full mode say what to change; those of
+            // user-mode-only (EINVAL before Linux 5.11) say less.
+            Err(full) => Uffd::open(true)
+                .map(|u| (u, true))
+                .map_err(|_| unavailable(full)),
+        },
+    }
 }
 
 enum PolicySpec {
@@ -91,6 +175,7 @@ pub struct Builder {
     filler_spin: Duration,
     max_fault_events: usize,
     promote: PromoteKind,
+    uffd_mode: UffdMode,
 }
 
 impl std::fmt::Debug for Builder {
@@ -106,6 +191,7 @@ impl std::fmt::Debug for Builder {
             .field("filler_spin", &self.filler_spin)
             .field("max_fault_events", &self.max_fault_events)
             .field("promote", &self.promote)
+            .field("uffd_mode", &self.uffd_mode)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +210,7 @@ impl Default for Builder {
             filler_spin: Duration::from_micros(50),
             max_fault_events: 64,
             promote: PromoteKind::Never,
+            uffd_mode: UffdMode::Auto,
         }
     }
 }
@@ -225,6 +312,19 @@ impl Builder {
         self
     }
 
+    /// Which faults the runtime's userfaultfd receives. Default
+    /// [`UffdMode::Auto`]: full mode (faults raised by the kernel served
+    /// too, so a mapped buffer can be passed to any system call) where the
+    /// process may open it (root, `CAP_SYS_PTRACE`,
+    /// `vm.unprivileged_userfaultfd=1`, or read-write access to
+    /// `/dev/userfaultfd`), else user-mode-only, reported by
+    /// [`Runtime::user_mode_only`]. [`UffdMode::Full`] refuses the
+    /// fallback.
+    pub fn uffd_mode(mut self, mode: UffdMode) -> Self {
+        self.uffd_mode = mode;
+        self
+    }
+
     /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
     /// `UMIO_PAGE_SIZE` (sizes accept K, M, G suffixes), `UMIO_FILLERS`,
     /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
@@ -233,7 +333,8 @@ impl Builder {
     /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
     /// bytes, 0 for none),
     /// `UMIO_FILLER_SPIN_US` (microseconds), `UMIO_PROMOTE` (`never`,
-    /// `always` or `sequential`; see [`PromoteKind`]). Unset or empty
+    /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
+    /// (`auto`, `full` or `user`; see [`UffdMode`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
         if let Some(v) = env_var("UMIO_CACHE_BYTES") {
@@ -309,6 +410,11 @@ impl Builder {
                 "UMIO_PROMOTE must be never, always or sequential",
             ))?;
         }
+        if let Some(v) = env_var("UMIO_UFFD_MODE") {
+            self.uffd_mode = UffdMode::from_name(&v).ok_or(Error::InvalidArgument(
+                "UMIO_UFFD_MODE must be auto, full or user",
+            ))?;
+        }
         if kind.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {
                 PrefetchKind::None => (false, 2 << 20),
@@ -352,11 +458,18 @@ impl Builder {
                 "cache_bytes must hold at least 4 pages",
             ));
         }
-        let features = kernel_features()?;
-        let uffd = Uffd::open().map_err(|f| Error::UffdUnavailable {
-            syscall_errno: f.syscall_errno,
-            device_errno: f.device_errno,
-        })?;
+        let (uffd, user_mode_only) = open_uffd(self.uffd_mode)?;
+        if user_mode_only && self.uffd_mode == UffdMode::Auto {
+            log::warn!(
+                "umio: no permission for full-mode userfaultfd; serving user-mode faults only: \
+                 a system call given a non-resident mapped buffer fails with EFAULT (run as root, \
+                 grant access to /dev/userfaultfd or set vm.unprivileged_userfaultfd=1 to lift this)"
+            );
+        }
+        let features = KernelFeatures {
+            user_mode_only,
+            ..kernel_features()?
+        };
         let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
         uffd.api(features.bits & wanted)
             .map_err(|e| Error::os("UFFDIO_API", e))?;
@@ -885,6 +998,12 @@ impl Runtime {
     /// The kernel features in use.
     pub fn kernel_features(&self) -> KernelFeatures {
         self.inner.shared.features
+    }
+
+    /// Whether this runtime's userfaultfd serves user-mode faults only
+    /// (see [`UffdMode`] and [`KernelFeatures::user_mode_only`]).
+    pub fn user_mode_only(&self) -> bool {
+        self.inner.shared.features.user_mode_only
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

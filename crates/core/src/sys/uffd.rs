@@ -72,6 +72,8 @@ const UFFDIO_WRITEPROTECT: libc::c_ulong = ioc(IOWR, 0x06, size_of::<UffdioWrite
 const UFFDIO_POISON: libc::c_ulong = ioc(IOWR, 0x08, size_of::<UffdioPoison>());
 /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = ioc(0, 0x00, 0);
+/// `userfaultfd(2)` flag: only faults raised in user mode are delivered.
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
@@ -177,11 +179,20 @@ impl AsRawFd for Uffd {
 pub(crate) type Errno = i32;
 
 impl Uffd {
-    /// Opens a descriptor that also receives faults raised by the kernel
-    /// (a mapped buffer passed to `read(2)`), by the system call first and
-    /// `/dev/userfaultfd` second.
-    pub(crate) fn open() -> Result<Uffd, OpenFailure> {
-        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    /// Opens a descriptor, by the system call first and `/dev/userfaultfd`
+    /// second. In full mode it also receives faults raised by the kernel
+    /// (a mapped buffer passed to `read(2)`), which needs privilege (root,
+    /// `CAP_SYS_PTRACE`, `vm.unprivileged_userfaultfd=1` or access to the
+    /// device); with `user_mode_only` (`UFFD_USER_MODE_ONLY`, Linux 5.11+,
+    /// allowed to everyone) the kernel's own accesses fail with `EFAULT`.
+    pub(crate) fn open(user_mode_only: bool) -> Result<Uffd, OpenFailure> {
+        let flags = libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | if user_mode_only {
+                UFFD_USER_MODE_ONLY
+            } else {
+                0
+            };
         // SAFETY: userfaultfd(2) takes a flags word and returns a new
         // descriptor or -1; no memory is passed.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
