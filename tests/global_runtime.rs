@@ -88,6 +88,23 @@ fn malformed_environment_is_an_error_every_time() {
         ("UMIO_FILLERS", "-3", "UMIO_FILLERS"),
         ("UMIO_EVICTION", "random", "UMIO_EVICTION"),
         ("UMIO_EVICT_HIGH_WATER", "300", "UMIO_EVICT_HIGH_WATER"),
+        ("UMIO_CACHE_BYTES", "abc", "UMIO_CACHE_BYTES"),
+        ("UMIO_CACHE_BYTES", "-1", "UMIO_CACHE_BYTES"),
+        ("UMIO_CACHE_BYTES", "99999999999T", "UMIO_CACHE_BYTES"),
+        ("UMIO_CACHE_BYTES", "0", "cache_bytes"),
+        ("UMIO_PAGE_SIZE", "-1", "UMIO_PAGE_SIZE"),
+        ("UMIO_PAGE_SIZE", "4Q", "UMIO_PAGE_SIZE"),
+        ("UMIO_PAGE_SIZE", "2G", "page size"),
+        ("UMIO_FILLERS", "0", "fillers"),
+        ("UMIO_FILLERS", "four", "UMIO_FILLERS"),
+        ("UMIO_EVICTORS", "-1", "UMIO_EVICTORS"),
+        ("UMIO_EVICT_LOW_WATER", "abc", "UMIO_EVICT_LOW_WATER"),
+        ("UMIO_EVICT_LOW_WATER", "95", "watermarks"),
+        ("UMIO_PREFETCH", "psychic", "UMIO_PREFETCH"),
+        ("UMIO_READAHEAD", "lots", "UMIO_READAHEAD"),
+        ("UMIO_FILLER_SPIN_US", "-5", "UMIO_FILLER_SPIN_US"),
+        ("UMIO_PROMOTE", "maybe", "UMIO_PROMOTE"),
+        ("UMIO_UFFD_MODE", "sometimes", "UMIO_UFFD_MODE"),
     ] {
         let (first, second) = run_child(&[(var, value)]);
         assert!(first.starts_with("errno=22 "), "{var}={value}: {first}");

@@ -42,6 +42,58 @@ static int fixed_over_a_region(void) {
 static int length_overflows(void) {
   return map_rc(umap(NULL, SIZE_MAX - 4095, PROT_READ, UMAP_PRIVATE, fd_rw, 4096));
 }
+static int length_huge(void) { return map_rc(umap(NULL, SIZE_MAX, PROT_READ, UMAP_PRIVATE, fd_rw, 0)); }
+static int length_over_half_the_address_space(void) {
+  return map_rc(umap(NULL, (size_t)1 << 62, PROT_READ, UMAP_PRIVATE, fd_rw, 0));
+}
+static int offset_past_end_len_zero(void) {
+  return map_rc(umio_map(NULL, 0, PROT_READ, MAP_SHARED, fd_rw, 64 * PAGE, NULL));
+}
+static int fixed_straddling_a_region(void) {
+  /* Starts a page before the region and runs into it. */
+  return map_rc(umap(region - PAGE, 2 * PAGE, PROT_READ, UMAP_PRIVATE | UMAP_FIXED, fd_rw, 0));
+}
+static int umio_map_flags_unknown(void) {
+  return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, fd_rw, 0, NULL));
+}
+static int uunmap_foreign_mmap(void) {
+  /* Memory the process mapped itself: refused, and left mapped. */
+  char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED);
+  p[0] = 'z';
+  int rc = uunmap(p, 2 * PAGE);
+  int e = errno;
+  CHECK(p[0] == 'z');
+  CHECK(munmap(p, 2 * PAGE) == 0);
+  errno = e;
+  return rc;
+}
+static int uunmap_straddling(void) {
+  /* From inside the region to past its end, in one call. */
+  return uunmap(region + 3 * PAGE, 2 * PAGE);
+}
+static int umio_unmap_partial_twice(void) {
+  char *p = umap(NULL, 2 * PAGE, PROT_READ, UMAP_PRIVATE, fd_rw, 0);
+  CHECK(p != UMAP_FAILED);
+  CHECK(umio_unmap(p, PAGE) == 0);
+  int rc = umio_unmap(p, PAGE);
+  int e = errno;
+  CHECK(umio_unmap(p + PAGE, PAGE) == 0);
+  errno = e;
+  return rc;
+}
+static int pin_after_partial_unmap(void) {
+  char *p = umap(NULL, 2 * PAGE, PROT_READ, UMAP_PRIVATE, fd_rw, 0);
+  CHECK(p != UMAP_FAILED);
+  CHECK(uunmap(p + PAGE, PAGE) == 0);
+  int rc = umio_pin(p, 2 * PAGE);
+  int e = errno;
+  CHECK(uunmap(p, PAGE) == 0);
+  errno = e;
+  return rc;
+}
+static int setter_page_size_after_first_map(void) { return umio_config_set_page_size(PAGE); }
+static int setter_uffd_mode_after_first_map(void) { return umio_config_set_uffd_mode("full"); }
 static int uunmap_null(void) { return uunmap(NULL, LEN); }
 static int uunmap_never_mapped(void) {
   static char stack_page[8192];
@@ -162,12 +214,23 @@ static const struct {
     {"umap: UMAP_FIXED unaligned", fixed_unaligned, EINVAL},
     {"umap: UMAP_FIXED over a region", fixed_over_a_region, EEXIST},
     {"umap: offset + length overflows", length_overflows, EINVAL},
+    {"umap: length SIZE_MAX", length_huge, EINVAL},
+    {"umap: length 2^62 (half the address space)", length_over_half_the_address_space, EINVAL},
+    {"umio_map: length 0, offset past the end", offset_past_end_len_zero, EINVAL},
+    {"umap: UMAP_FIXED straddling a region", fixed_straddling_a_region, EEXIST},
+    {"umio_map: unknown flag MAP_ANONYMOUS", umio_map_flags_unknown, EINVAL},
     {"uunmap: NULL", uunmap_null, EINVAL},
     {"uunmap: never mapped", uunmap_never_mapped, EINVAL},
     {"uunmap: length 0", uunmap_len_zero, EINVAL},
     {"uunmap: not on a page boundary", uunmap_unaligned, EINVAL},
     {"uunmap: past the end of the region", uunmap_past_end, EINVAL},
     {"uunmap: a second time", uunmap_twice, EINVAL},
+    {"uunmap: memory umio did not map", uunmap_foreign_mmap, EINVAL},
+    {"uunmap: from inside a region past its end", uunmap_straddling, EINVAL},
+    {"umio_unmap: a part unmapped already", umio_unmap_partial_twice, EINVAL},
+    {"umio_pin: a range with an unmapped part", pin_after_partial_unmap, EINVAL},
+    {"umio_config_set_page_size: after the first map", setter_page_size_after_first_map, EBUSY},
+    {"umio_config_set_uffd_mode: after the first map", setter_uffd_mode_after_first_map, EBUSY},
     {"umio_flush: not mapped", flush_unmapped, EINVAL},
     {"umio_flush: past the end", flush_past_end, EINVAL},
     {"umio_advise: unknown advice", advise_unknown, EINVAL},
@@ -189,20 +252,66 @@ static const struct {
     {"umio_map: store and an fd", store_with_fd, EINVAL},
 };
 
+/* Cases run before the first map: bad settings are refused. */
+static int set_page_size_1000(void) { return umio_config_set_page_size(1000); }
+static int set_page_size_0(void) { return umio_config_set_page_size(0); }
+static int set_page_size_2g(void) { return umio_config_set_page_size((size_t)2 << 30); }
+static int set_cache_bytes_0(void) { return umio_config_set_cache_bytes(0); }
+static int set_fillers_0(void) { return umio_config_set_fillers(0); }
+static int set_fillers_257(void) { return umio_config_set_fillers(257); }
+static int set_evictors_65(void) { return umio_config_set_evictors(65); }
+static int set_watermarks_inverted(void) { return umio_config_set_watermarks(50, 60); }
+static int set_eviction_unknown(void) { return umio_config_set_eviction("lru-ish"); }
+static int set_eviction_null(void) { return umio_config_set_eviction(NULL); }
+static int set_max_fault_events_0(void) { return umio_config_set_max_fault_events(0); }
+static int set_uffd_mode_unknown(void) { return umio_config_set_uffd_mode("sometimes"); }
+static int map_with_cache_of_3_pages(void) {
+  /* Accepted by the setter, refused when the runtime starts (fewer than 4
+     pages); the failed start is not remembered. */
+  CHECK(umio_config_set_cache_bytes(3 * PAGE) == 0);
+  return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE, fd_rw, 0));
+}
+
+static const struct {
+  const char *name;
+  int (*run)(void);
+  int errno_wanted;
+} pre_cases[] = {
+    {"umio_config_set_page_size: 1000", set_page_size_1000, EINVAL},
+    {"umio_config_set_page_size: 0", set_page_size_0, EINVAL},
+    {"umio_config_set_page_size: 2 GiB", set_page_size_2g, EINVAL},
+    {"umio_config_set_cache_bytes: 0", set_cache_bytes_0, EINVAL},
+    {"umio_config_set_fillers: 0", set_fillers_0, EINVAL},
+    {"umio_config_set_fillers: 257", set_fillers_257, EINVAL},
+    {"umio_config_set_evictors: 65", set_evictors_65, EINVAL},
+    {"umio_config_set_watermarks: low above high", set_watermarks_inverted, EINVAL},
+    {"umio_config_set_eviction: unknown name", set_eviction_unknown, EINVAL},
+    {"umio_config_set_eviction: NULL", set_eviction_null, EINVAL},
+    {"umio_config_set_max_fault_events: 0", set_max_fault_events_0, EINVAL},
+    {"umio_config_set_uffd_mode: unknown mode", set_uffd_mode_unknown, EINVAL},
+    {"umap: cache of 3 pages", map_with_cache_of_3_pages, EINVAL},
+};
+
+static int run_case(const char *name, int (*run)(void), int errno_wanted) {
+  errno = 0;
+  int rc = run();
+  int e = errno;
+  int ok = rc == -1 && e == errno_wanted;
+  printf("%-50s %s (errno %d %s, wanted %d)\n", name, ok ? "ok" : "FAILED", e,
+         rc == -1 ? strerror(e) : "no error", errno_wanted);
+  return !ok;
+}
+
 int main(void) {
   char path[4096], ro_path[4096];
-  /* Setters before the first map: bad values are refused. */
-  errno = 0;
-  CHECK(umio_config_set_page_size(1000) == -1 && errno == EINVAL);
-  CHECK(umio_config_set_fillers(0) == -1 && errno == EINVAL);
-  CHECK(umio_config_set_watermarks(50, 60) == -1 && errno == EINVAL);
-  CHECK(umio_config_set_eviction("lru-ish") == -1 && errno == EINVAL);
-  CHECK(umio_config_set_eviction(NULL) == -1 && errno == EINVAL);
+  int failed = 0, n_pre = (int)(sizeof pre_cases / sizeof pre_cases[0]);
+  fd_rw = make_file(path, 16 * PAGE, O_RDWR);
+  for (int i = 0; i < n_pre; i++)
+    failed += run_case(pre_cases[i].name, pre_cases[i].run, pre_cases[i].errno_wanted);
   CHECK(umio_config_set_cache_bytes(16 * PAGE) == 0);
   CHECK(umio_config_set_page_size(PAGE) == 0);
   CHECK(umio_config_set_eviction("clock") == 0);
 
-  fd_rw = make_file(path, 16 * PAGE, O_RDWR);
   fd_ro = make_file(ro_path, LEN, O_RDONLY);
   fd_wo = open(ro_path, O_WRONLY);
   CHECK(fd_wo >= 0);
@@ -211,16 +320,9 @@ int main(void) {
   region = umap(NULL, LEN, PROT_READ | PROT_WRITE, UMAP_PRIVATE, fd_rw, 0);
   CHECK(region != UMAP_FAILED);
 
-  int failed = 0, n = (int)(sizeof cases / sizeof cases[0]);
-  for (int i = 0; i < n; i++) {
-    errno = 0;
-    int rc = cases[i].run();
-    int e = errno;
-    int ok = rc == -1 && e == cases[i].errno_wanted;
-    printf("%-50s %s (errno %d %s, wanted %d)\n", cases[i].name, ok ? "ok" : "FAILED", e,
-           rc == -1 ? strerror(e) : "no error", cases[i].errno_wanted);
-    failed += !ok;
-  }
+  int n = (int)(sizeof cases / sizeof cases[0]);
+  for (int i = 0; i < n; i++) failed += run_case(cases[i].name, cases[i].run, cases[i].errno_wanted);
+  n += n_pre;
   /* The region is still intact after all that. */
   region[0] = 'k';
   CHECK(uunmap(region, LEN) == 0);

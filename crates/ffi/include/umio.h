@@ -11,9 +11,13 @@
  *
  * The runtime starts when the first region is mapped (by umio_map or
  * umap), configured from defaults, then the UMAP_* environment variables
- * (see umap/umap.h) and UMIO_EVICTION, then the umio_config_set_* calls
- * made before it. umap/umap.h and this header may be used together: the
- * same runtime and mappings serve both.
+ * (see umap/umap.h), UMIO_EVICTION and UMIO_UFFD_MODE, then the
+ * umio_config_set_* calls made before it. umap/umap.h and this header may
+ * be used together: the same runtime and mappings serve both.
+ *
+ * Without permission for full-mode userfaultfd (root, read-write access
+ * to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1) umio serves
+ * user-mode faults only: see umio_user_mode_only.
  */
 
 #ifndef UMIO_H
@@ -598,6 +602,36 @@ int umio_config_set_max_fault_events(unsigned int n);
 // # Safety
 // None.
 int umio_config_set_read_ahead(size_t bytes);
+
+// Which page faults the runtime's userfaultfd receives, by name (any
+// case): `"auto"` (the default: full mode where the process may use it,
+// else user-mode-only), `"full"` (full mode or the first mapping fails
+// with `EPERM`: run as root, grant read-write access to
+// `/dev/userfaultfd`, or set `vm.unprivileged_userfaultfd=1`) or
+// `"user"` (user-mode-only even where full mode is allowed). Overrides
+// `UMIO_UFFD_MODE`; before the first mapping only (after it `EBUSY`);
+// `EINVAL` for NULL or another name. See `umio_user_mode_only`.
+//
+// # Safety
+// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+int umio_config_set_uffd_mode(const char *name);
+
+// 1 if the runtime serves user-mode page faults only, 0 if it runs in
+// full mode; before the first mapping, what a mapping made now would get.
+// -1 with errno if no userfaultfd can be opened at all (`EPERM`, `EINVAL`
+// before Linux 5.11), if full mode is required and not permitted
+// (`EPERM`), or if the `UMAP_*`/`UMIO_*` environment is malformed
+// (`EINVAL`).
+//
+// In user-mode-only mode a system call given a mapped buffer fails with
+// `EFAULT` (or moves fewer bytes) where a page of it is not resident, or
+// where it writes into a page that is resident but clean in a writable
+// mapping: pin the range first (`umap_fetch_and_pin`, `umio_pin`) and, if
+// the kernel is to write into it, store one byte to each page of it.
+//
+// # Safety
+// None.
+int umio_user_mode_only(void);
 
 #ifdef __cplusplus
 }  // extern "C"

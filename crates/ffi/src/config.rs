@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 
 use log::LevelFilter;
 use umio_cache::PolicyKind;
-use umio_core::{MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime};
+use umio_core::{MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime, UffdMode};
 
 use crate::boundary::Errno;
 use crate::logging;
@@ -79,6 +79,7 @@ pub(crate) struct Overrides {
     pub eviction: Option<Eviction>,
     pub read_ahead: Option<usize>,
     pub max_fault_events: Option<u32>,
+    pub uffd_mode: Option<UffdMode>,
 }
 
 /// A resolved configuration: what the runtime runs (or will run) with.
@@ -95,6 +96,8 @@ pub(crate) struct Settings {
     pub read_ahead: usize,
     pub max_fault_events: u64,
     pub log_level: Option<LevelFilter>,
+    /// Full mode, user-mode-only, or full where allowed (`UMIO_UFFD_MODE`).
+    pub uffd_mode: UffdMode,
 }
 
 impl Settings {
@@ -106,7 +109,8 @@ impl Settings {
             .evictors(self.evictors)
             .watermarks(self.high_water, self.low_water)
             .prefetch(prefetch_kind(self.read_ahead))
-            .max_fault_events(self.max_fault_events as usize);
+            .max_fault_events(self.max_fault_events as usize)
+            .uffd_mode(self.uffd_mode);
         match &self.eviction {
             Eviction::Builtin(kind) => builder.eviction(*kind),
             Eviction::Custom(policy) => builder.eviction_policy(Box::new(policy.clone())),
@@ -263,6 +267,13 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
         None => None,
     };
+    let uffd_mode = match o.uffd_mode {
+        Some(m) => m,
+        None => match env.get("UMIO_UFFD_MODE") {
+            Some(v) => UffdMode::from_name(&v).ok_or(Errno(libc::EINVAL))?,
+            None => UffdMode::Auto,
+        },
+    };
     Ok(Settings {
         page_size,
         cache_bytes,
@@ -274,6 +285,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         read_ahead,
         max_fault_events,
         log_level,
+        uffd_mode,
     })
 }
 
@@ -292,6 +304,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
         eviction: None,
         read_ahead: None,
         max_fault_events: None,
+        uffd_mode: None,
     },
     running: None,
 });
@@ -325,6 +338,26 @@ pub(crate) fn current() -> Result<(Settings, bool), Errno> {
     match &lib.running {
         Some((_, s)) => Ok((s.clone(), true)),
         None => Ok((resolve(&ProcessEnv, &lib.overrides)?, false)),
+    }
+}
+
+/// Whether the runtime serves user-mode faults only: the running
+/// runtime's answer, or before the first mapping the one a mapping made
+/// now would get (probing the kernel in `auto` mode). An error if no
+/// userfaultfd can be opened at all, or the configuration is malformed.
+pub(crate) fn user_mode_only() -> Result<bool, Errno> {
+    let mode = {
+        let lib = lib();
+        if let Some((rt, _)) = &lib.running {
+            return Ok(rt.user_mode_only());
+        }
+        resolve(&ProcessEnv, &lib.overrides)?.uffd_mode
+    };
+    match mode {
+        UffdMode::Full if umio_core::kernel_features()?.user_mode_only() => Err(Errno(libc::EPERM)),
+        UffdMode::Full => Ok(false),
+        UffdMode::UserModeOnly => Ok(true),
+        UffdMode::Auto => Ok(umio_core::kernel_features()?.user_mode_only()),
     }
 }
 
@@ -368,6 +401,7 @@ mod tests {
         assert_eq!(s.read_ahead, 2 << 20);
         assert_eq!(s.log_level, None);
         assert_eq!(s.cache_bytes, umio_core::default_cache_bytes());
+        assert_eq!(s.uffd_mode, UffdMode::Auto);
     }
 
     #[test]
@@ -383,6 +417,7 @@ mod tests {
             ("UMAP_READ_AHEAD", "4"),
             ("UMAP_LOG_LEVEL", "info"),
             ("UMIO_EVICTION", "fifo"),
+            ("UMIO_UFFD_MODE", "FULL"),
         ]);
         let s = resolve(&env, &Overrides::default()).unwrap();
         assert_eq!(s.page_size, 16384);
@@ -393,6 +428,7 @@ mod tests {
         assert_eq!(s.read_ahead, 4 * 16384);
         assert_eq!(s.log_level, Some(LevelFilter::Info));
         assert_eq!(s.eviction, Eviction::Builtin(PolicyKind::Fifo));
+        assert_eq!(s.uffd_mode, UffdMode::Full);
     }
 
     #[test]
@@ -441,6 +477,14 @@ mod tests {
             ("UMAP_MAX_FAULT_EVENTS", "4097"),
             ("UMAP_LOG_LEVEL", "chatty"),
             ("UMIO_EVICTION", "arc"),
+            ("UMIO_UFFD_MODE", "sometimes"),
+            ("UMAP_PAGESIZE", "-1"),
+            ("UMAP_PAGESIZE", "18446744073709551616"),
+            ("UMAP_BUFSIZE", "abc"),
+            ("UMAP_BUFSIZE", "18446744073709551615"),
+            ("UMAP_PAGE_FILLERS", "two"),
+            ("UMAP_PAGE_EVICTORS", "1.5"),
+            ("UMAP_READ_AHEAD", "-4"),
         ] {
             let r = resolve(&vars(&[(k, v)]), &Overrides::default());
             assert_eq!(r, Err(Errno(libc::EINVAL)), "{k}={v}");

@@ -3,7 +3,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-use umio_core::{Advice, PrefetchKind, PromoteKind};
+use umio_core::{Advice, PrefetchKind, PromoteKind, UffdMode};
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
 use crate::config::Eviction;
@@ -621,6 +621,49 @@ pub unsafe extern "C" fn umio_config_set_read_ahead(bytes: usize) -> c_int {
         config::set(|o| o.read_ahead = Some(bytes))?;
         Ok(0)
     })
+}
+
+/// Which page faults the runtime's userfaultfd receives, by name (any
+/// case): `"auto"` (the default: full mode where the process may use it,
+/// else user-mode-only), `"full"` (full mode or the first mapping fails
+/// with `EPERM`: run as root, grant read-write access to
+/// `/dev/userfaultfd`, or set `vm.unprivileged_userfaultfd=1`) or
+/// `"user"` (user-mode-only even where full mode is allowed). Overrides
+/// `UMIO_UFFD_MODE`; before the first mapping only (after it `EBUSY`);
+/// `EINVAL` for NULL or another name. See `umio_user_mode_only`.
+///
+/// # Safety
+/// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_uffd_mode(name: *const c_char) -> c_int {
+    ffi_boundary!(-1, {
+        // SAFETY: the caller promised NULL or a NUL-terminated string.
+        let mode = unsafe { self::name(name) }?
+            .and_then(UffdMode::from_name)
+            .ok_or(Errno(libc::EINVAL))?;
+        config::set(|o| o.uffd_mode = Some(mode))?;
+        Ok(0)
+    })
+}
+
+/// 1 if the runtime serves user-mode page faults only, 0 if it runs in
+/// full mode; before the first mapping, what a mapping made now would get.
+/// -1 with errno if no userfaultfd can be opened at all (`EPERM`, `EINVAL`
+/// before Linux 5.11), if full mode is required and not permitted
+/// (`EPERM`), or if the `UMAP_*`/`UMIO_*` environment is malformed
+/// (`EINVAL`).
+///
+/// In user-mode-only mode a system call given a mapped buffer fails with
+/// `EFAULT` (or moves fewer bytes) where a page of it is not resident, or
+/// where it writes into a page that is resident but clean in a writable
+/// mapping: pin the range first (`umap_fetch_and_pin`, `umio_pin`) and, if
+/// the kernel is to write into it, store one byte to each page of it.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_user_mode_only() -> c_int {
+    ffi_boundary!(-1, { Ok(config::user_mode_only()?.into()) })
 }
 
 #[cfg(test)]

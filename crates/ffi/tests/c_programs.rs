@@ -166,6 +166,43 @@ c_tests! {
     bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
     backends, backends_sanitized: &[], "backends:";
     huge, huge_sanitized: &[], "huge:";
+    user_mode_only, user_mode_only_sanitized: &[("UMIO_UFFD_MODE", "full")], "user_mode_only:";
+}
+
+/// Garbage in each variable the C library reads: the first mapping fails
+/// with `EINVAL` (no panic, nothing printed), and works once it is gone.
+#[test]
+fn every_malformed_variable_fails_the_first_map_with_einval() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(&test_c("config_bad_env"), dir.path(), Build::Plain);
+    for (var, value) in [
+        ("UMAP_PAGESIZE", "-1"),
+        ("UMAP_PAGESIZE", "4096x"),
+        ("UMAP_PAGESIZE", "18446744073709551616"),
+        ("UMAP_BUFSIZE", "abc"),
+        ("UMAP_BUFSIZE", "18446744073709551615"),
+        ("UMAP_PAGE_FILLERS", "many"),
+        ("UMAP_PAGE_EVICTORS", "-1"),
+        ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "150"),
+        ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
+        ("UMAP_MAX_FAULT_EVENTS", "0"),
+        ("UMAP_READ_AHEAD", "x"),
+        ("UMAP_LOG_LEVEL", "chatty"),
+        ("UMIO_EVICTION", "arc"),
+        ("UMIO_UFFD_MODE", "sometimes"),
+    ] {
+        let out = run(&exe, dir.path(), &[(var, value), ("BAD_VAR", var)]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.stderr.is_empty(),
+            "{var}={value} printed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("config_bad_env: {var}: EINVAL")),
+            "{var}={value}: {stdout}"
+        );
+    }
 }
 
 #[test]
