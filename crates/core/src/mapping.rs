@@ -356,6 +356,12 @@ impl Mapping {
     /// cache and may hold at most half of it ([`Error::PinLimit`]). A page
     /// dropped with [`Advice::DontNeed`] stays pinned and is read again on
     /// its next access.
+    ///
+    /// Under user-mode-only faults ([`Runtime::user_mode_only`]) pin a
+    /// range before passing it to a system call, which otherwise fails with
+    /// `EFAULT` on its non-resident pages; if the call writes into the
+    /// range (`read(2)` into a writable mapping), also store a byte to each
+    /// of its pages first, since clean pages are write-protected.
     pub fn pin(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&range)?;
         if pages.is_empty() {
