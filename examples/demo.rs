@@ -36,7 +36,8 @@
 //! read-ahead) come from the `UMIO_*` environment variables read by
 //! `Builder::from_env`; the flags above take precedence.
 //!
-//! umio needs userfaultfd (root, or `vm.unprivileged_userfaultfd=1`) and,
+//! umio needs userfaultfd (full mode as root or with
+//! `vm.unprivileged_userfaultfd=1`; user-mode-only faults otherwise) and,
 //! for its writable mapping, write-protect faults (Linux 5.7 or later).
 
 use std::error::Error;

@@ -1,8 +1,9 @@
 //! The README's quick start: map a file through umio, read and write it,
 //! flush, unmap.
 //!
-//! Run: `cargo run --example quickstart` (as root, or with
-//! `vm.unprivileged_userfaultfd=1`).
+//! Run: `cargo run --example quickstart`, as any user (without permission
+//! for full-mode userfaultfd umio serves user-mode faults only, which is
+//! all this example needs).
 
 use std::io::Write;
 
