@@ -1,0 +1,132 @@
+//! The shim's configuration, read from the environment once, when the
+//! library is loaded. The runtime's own settings (`UMIO_CACHE_BYTES`,
+//! `UMIO_PAGE_SIZE`, ...) are read by `umio_core::Builder::from_env` when
+//! the runtime starts.
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+
+/// What the environment asked for.
+#[derive(Debug, Default)]
+pub(crate) struct Config {
+    /// `UMIO_PRELOAD_PATHS`: glob patterns (`fnmatch(3)`, `*` matching `/`
+    /// too) against the real path of a mapped file. Empty: no file is
+    /// selected.
+    pub paths: Vec<CString>,
+    /// `UMIO_PRELOAD_MIN_SIZE`: smaller mappings go to the kernel.
+    pub min_size: usize,
+    /// `UMIO_PRELOAD_SCRATCH_DIR`: where private mappings keep the pages
+    /// they wrote (nameless files; default: the temporary directory).
+    pub scratch_dir: Option<PathBuf>,
+    /// `UMIO_HEAP_FILE`: the file (created or truncated) or directory (a
+    /// nameless file in it) the heap spills to. `None`: no heap mode.
+    pub heap_file: Option<PathBuf>,
+    /// `UMIO_HEAP_MIN_ALLOC`: allocations at least this large come from
+    /// the heap (default 1 MiB).
+    pub heap_min_alloc: usize,
+    /// `UMIO_HEAP_SIZE`: address space and file size reserved for the heap
+    /// (default 64 GiB; the file is sparse).
+    pub heap_size: usize,
+    /// `UMIO_STATS=1`: print the process's counters at exit.
+    pub stats: bool,
+}
+
+/// A variable's value, read with `getenv(3)` (no allocation before the
+/// copy: safe to call from the library's constructor).
+pub(crate) fn var(name: &CStr) -> Option<String> {
+    // SAFETY: getenv with a NUL-terminated name; the result, if non-null,
+    // is a NUL-terminated string we copy at once.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null results of getenv are NUL-terminated strings.
+    let s = unsafe { CStr::from_ptr(p) }
+        .to_string_lossy()
+        .trim()
+        .to_owned();
+    (!s.is_empty()).then_some(s)
+}
+
+/// A size in bytes with an optional K, M, G or T suffix (powers of 1024).
+pub(crate) fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, shift) = match s.as_bytes().last()?.to_ascii_uppercase() {
+        b'K' => (&s[..s.len() - 1], 10),
+        b'M' => (&s[..s.len() - 1], 20),
+        b'G' => (&s[..s.len() - 1], 30),
+        b'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let n: usize = digits.trim().parse().ok()?;
+    n.checked_mul(1usize.checked_shl(shift)?)
+}
+
+impl Config {
+    /// Reads the environment; malformed values are reported on stderr and
+    /// leave the default.
+    pub(crate) fn from_env() -> Config {
+        let size = |name: &CStr, default: usize| match var(name) {
+            None => default,
+            Some(v) => parse_size(&v).unwrap_or_else(|| {
+                crate::sys::eprint(&format!(
+                    "umio-preload: {} is not a size: {v}\n",
+                    name.to_string_lossy()
+                ));
+                default
+            }),
+        };
+        Config {
+            paths: var(c"UMIO_PRELOAD_PATHS")
+                .map(|v| {
+                    v.split(':')
+                        .filter(|p| !p.is_empty())
+                        .filter_map(|p| CString::new(p).ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            min_size: size(c"UMIO_PRELOAD_MIN_SIZE", 0),
+            scratch_dir: var(c"UMIO_PRELOAD_SCRATCH_DIR").map(PathBuf::from),
+            heap_file: var(c"UMIO_HEAP_FILE").map(PathBuf::from),
+            heap_min_alloc: size(c"UMIO_HEAP_MIN_ALLOC", 1 << 20).max(1),
+            heap_size: size(c"UMIO_HEAP_SIZE", 64 << 30),
+            stats: var(c"UMIO_STATS").is_some_and(|v| v != "0"),
+        }
+    }
+
+    /// Whether a file whose real path is `path` is selected.
+    pub(crate) fn selects(&self, path: &CStr) -> bool {
+        self.paths.iter().any(|pat| {
+            // SAFETY: both are NUL-terminated strings that outlive the call.
+            unsafe { libc::fnmatch(pat.as_ptr(), path.as_ptr(), 0) == 0 }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size(" 2M"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn globs_select_real_paths() {
+        let cfg = Config {
+            paths: vec![c"/data/*.bin".into(), c"/scratch/run?/*".into()],
+            ..Config::default()
+        };
+        assert!(cfg.selects(c"/data/a.bin"));
+        assert!(cfg.selects(c"/data/sub/a.bin"), "* crosses '/'");
+        assert!(cfg.selects(c"/scratch/run1/x"));
+        assert!(!cfg.selects(c"/data/a.txt"));
+        assert!(!cfg.selects(c"/scratch/run12/x"));
+    }
+}

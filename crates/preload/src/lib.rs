@@ -1,0 +1,197 @@
+//! `libumio_preload.so`: unmodified programs on umio, through `LD_PRELOAD`.
+//!
+//! - **mmap shim**: `mmap` of a file whose real path matches
+//!   `UMIO_PRELOAD_PATHS` (colon-separated `fnmatch(3)` patterns; `*` also
+//!   matches `/`) and is at least `UMIO_PRELOAD_MIN_SIZE` bytes long is
+//!   served by umio; every other mapping, anonymous ones included, is the
+//!   kernel's. `munmap`, `msync`, `madvise`, `posix_madvise`, `mprotect`
+//!   and `mremap` on umio mappings keep their kernel meaning as far as
+//!   [`maps`] documents, and pass everything else to the kernel.
+//!   `MAP_SHARED` writes reach the file (at `msync`, `munmap`, eviction
+//!   and exit); `MAP_PRIVATE` writes never do (they go to a nameless
+//!   scratch file).
+//! - **Heap mode** (`UMIO_HEAP_FILE`): `malloc` and its kin serve blocks of
+//!   at least `UMIO_HEAP_MIN_ALLOC` bytes from a umio region over that file
+//!   ([`heap`]).
+//! - `UMIO_STATS=1` prints the process's counters at exit.
+//!
+//! The runtime starts on the first selected mapping or large allocation,
+//! configured by the `UMIO_*` variables of `umio_core::Builder::from_env`.
+//! Calls the shim makes itself, and calls from umio's threads, go straight
+//! to the kernel (raw system calls) and to glibc (`__libc_malloc` and
+//! kin); the shim's Rust allocations never reach the interposed `malloc`.
+//!
+//! After `fork`, the child sees each umio mapping of its parent as a
+//! kernel mapping of the same file at the same address (the parent writes
+//! its dirty pages back first; a private mapping's written pages are
+//! copied in), and the parent's heap as a private mapping of its file; the
+//! child's own new mappings start a runtime of its own.
+
+// The unit tests build the library as a test program, without the exports
+// (a test binary that replaced its own malloc and mmap would test nothing
+// of use), so parts of it go unused there.
+#![cfg_attr(test, allow(dead_code))]
+
+mod config;
+mod heap;
+mod maps;
+mod runtime;
+mod stores;
+mod sys;
+
+#[cfg(not(test))]
+mod alloc;
+#[cfg(not(test))]
+mod exports;
+
+#[cfg(not(test))]
+#[global_allocator]
+static ALLOCATOR: alloc::LibcAllocator = alloc::LibcAllocator;
+
+use std::cell::RefCell;
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+
+/// Runs when the library is loaded, before `main`: reads the
+/// configuration and registers the fork and exit hooks.
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+extern "C" fn constructor() {
+    let _ = std::panic::catch_unwind(|| {
+        let cfg = runtime::config();
+        heap::configure(cfg);
+        // SAFETY: registering functions that live as long as the process
+        // (this library is never unloaded: it interposes malloc).
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_parent),
+                Some(after_fork_child),
+            );
+            libc::atexit(at_exit);
+        }
+    });
+}
+
+/// What `before_fork` holds until the fork is done: the locks of the
+/// heap's start, the runtime slot, the mapping table and the heap's
+/// extents, in that order, so the child inherits none of them held by a
+/// thread it does not have.
+struct ForkLocks {
+    _guard: Option<sys::ShimGuard>,
+    _init: MutexGuard<'static, ()>,
+    runtime: MutexGuard<'static, runtime::RuntimeSlot>,
+    table: MutexGuard<'static, maps::Table>,
+    extents: Option<MutexGuard<'static, heap::Extents>>,
+}
+
+thread_local! {
+    static FORK_LOCKS: RefCell<Option<ForkLocks>> = const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let _ = std::panic::catch_unwind(|| {
+        let guard = sys::enter();
+        let init = heap::INIT.lock().unwrap_or_else(|e| e.into_inner());
+        let runtime = runtime::lock_runtime();
+        let table = maps::lock();
+        // The child maps the files again: they must hold the parent's
+        // writes. Private mappings write to their scratch files.
+        maps::flush_all(&table, true);
+        let extents = heap::made().filter(|_| !heap::inherited()).map(|h| {
+            h.flush();
+            h.lock()
+        });
+        FORK_LOCKS.with(|l| {
+            *l.borrow_mut() = Some(ForkLocks {
+                _guard: guard,
+                _init: init,
+                runtime,
+                table,
+                extents,
+            })
+        });
+    });
+}
+
+extern "C" fn after_fork_parent() {
+    let _ = std::panic::catch_unwind(|| FORK_LOCKS.with(|l| l.borrow_mut().take()));
+}
+
+extern "C" fn after_fork_child() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(mut locks) = FORK_LOCKS.with(|l| l.borrow_mut().take()) else {
+            return;
+        };
+        locks.runtime.forget_for_child();
+        maps::MAPPED.store(0, Ordering::Relaxed);
+        maps::MAPPED_BYTES.store(0, Ordering::Relaxed);
+        maps::adopt_in_child(locks.table.drain());
+        if locks.extents.is_some()
+            && let Some(h) = heap::made()
+        {
+            h.adopt_in_child();
+        }
+        drop(locks);
+    });
+}
+
+/// At `exit`: shared mappings still mapped are written back (the kernel
+/// would have their pages in its page cache; umio's cache dies with the
+/// process), then the counters are printed if `UMIO_STATS` asks.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_guard) = sys::enter() else {
+            return;
+        };
+        if maps::any() {
+            maps::flush_all(&maps::lock(), false);
+        }
+        // Processes that never used umio (a shell's children, say) stay quiet.
+        if runtime::config().stats && runtime::runtime_if_started().is_some() {
+            print_stats();
+        }
+    });
+}
+
+fn print_stats() {
+    let mut out = format!(
+        "umio-preload: pid {}: {} file mappings ({} MiB) served by umio",
+        sys::pid(),
+        maps::MAPPED.load(Ordering::Relaxed),
+        maps::MAPPED_BYTES.load(Ordering::Relaxed) >> 20
+    );
+    if let Some(h) = heap::made() {
+        let s = h.lock().stats;
+        out += &format!(
+            "; heap: {} allocations, {} frees, {} MiB live, peak {} MiB, {} fell back to glibc",
+            s.allocations,
+            s.frees,
+            s.live_bytes >> 20,
+            s.peak_bytes >> 20,
+            s.fallbacks
+        );
+    }
+    if let Some(rt) = runtime::runtime_if_started() {
+        let s = rt.stats();
+        out += &format!(
+            "; cache {} MiB: {} faults, {} read misses, {} write misses, {} first writes, \
+             {} prefetched pages, {} MiB read, {} evicted pages ({} dirty), {} MiB written back",
+            rt.cache_bytes() >> 20,
+            s.faults,
+            s.read_misses,
+            s.write_misses,
+            s.wp_faults,
+            s.prefetched_pages,
+            s.bytes_read >> 20,
+            s.evicted_pages,
+            s.evicted_dirty_pages,
+            s.bytes_written >> 20
+        );
+    }
+    out.push('\n');
+    sys::eprint(&out);
+}

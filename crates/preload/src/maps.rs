@@ -1,0 +1,803 @@
+//! File mappings served by umio: the table of what the application has
+//! mapped through the shim, and the `mmap` family's semantics over it.
+//!
+//! The table holds *segments*: address ranges, each of one umio region
+//! (an [`Entry`]), sorted and disjoint. A visible segment is mapped as far
+//! as the application knows, with its protection; an invisible one is
+//! memory umio still holds that the application no longer sees: the
+//! padding after a mapping's last 4 KiB page up to its last umio page, and
+//! the edges of a partial `munmap` that do not cover whole umio pages.
+//! An entry's region is unmapped once it has no visible segment left.
+//! Addresses in no segment are the kernel's.
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use libc::c_int;
+use umio_backends::Store;
+use umio_core::{Advice, MapOptions, Mapping};
+
+use crate::runtime::{Errno, config, runtime};
+use crate::stores::{CopyOnWrite, SharedFile};
+use crate::sys;
+
+const PAGE: usize = 4096;
+
+/// One umio region made for an `mmap` call.
+pub(crate) struct Entry {
+    pub mapping: Mapping,
+    /// A duplicate of the application's descriptor: a fork child maps the
+    /// file through it.
+    pub file: File,
+    /// File offset of the first byte.
+    pub offset: u64,
+    /// Bytes the application mapped, rounded up to 4 KiB.
+    pub len: usize,
+    pub shared: bool,
+    /// Whether the region takes writes (`PROT_WRITE` may be granted).
+    pub writable: bool,
+    pub store: Arc<dyn Store>,
+    pub cow: Option<Arc<CopyOnWrite>>,
+}
+
+impl Entry {
+    fn base(&self) -> usize {
+        self.mapping.as_ptr() as usize
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Segment {
+    pub range: Range<usize>,
+    pub entry: Arc<Entry>,
+    pub visible: bool,
+    pub prot: c_int,
+}
+
+/// The segments, sorted by address.
+pub(crate) struct Table {
+    pub segs: Vec<Segment>,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table { segs: Vec::new() });
+/// Segments in the table: calls on other memory skip the lock while 0.
+static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
+/// Mappings made and their total bytes, for `UMIO_STATS`.
+pub(crate) static MAPPED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn lock() -> MutexGuard<'static, Table> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether any umio mapping exists (a racy hint for fast paths).
+pub(crate) fn any() -> bool {
+    SEGMENTS.load(Ordering::Acquire) != 0
+}
+
+impl Table {
+    fn publish(&self) {
+        SEGMENTS.store(self.segs.len(), Ordering::Release);
+    }
+
+    fn insert(&mut self, seg: Segment) {
+        if seg.range.is_empty() {
+            return;
+        }
+        let at = self
+            .segs
+            .partition_point(|s| s.range.start < seg.range.start);
+        self.segs.insert(at, seg);
+        self.publish();
+    }
+
+    /// Copies of the parts of segments within `range`.
+    fn overlapping(&self, range: &Range<usize>) -> Vec<Segment> {
+        self.segs
+            .iter()
+            .filter(|s| s.range.start < range.end && range.start < s.range.end)
+            .map(|s| Segment {
+                range: s.range.start.max(range.start)..s.range.end.min(range.end),
+                ..s.clone()
+            })
+            .collect()
+    }
+
+    /// Removes and returns the parts of segments within `range`, leaving
+    /// the parts outside it in place.
+    fn take(&mut self, range: &Range<usize>) -> Vec<Segment> {
+        let mut taken = Vec::new();
+        let mut kept = Vec::with_capacity(self.segs.len() + 2);
+        for s in self.segs.drain(..) {
+            if s.range.end <= range.start || range.end <= s.range.start {
+                kept.push(s);
+                continue;
+            }
+            if s.range.start < range.start {
+                kept.push(Segment {
+                    range: s.range.start..range.start,
+                    ..s.clone()
+                });
+            }
+            if range.end < s.range.end {
+                kept.push(Segment {
+                    range: range.end..s.range.end,
+                    ..s.clone()
+                });
+            }
+            taken.push(Segment {
+                range: s.range.start.max(range.start)..s.range.end.min(range.end),
+                ..s
+            });
+        }
+        kept.sort_by_key(|s| s.range.start);
+        self.segs = kept;
+        self.publish();
+        taken
+    }
+
+    fn has_visible(&self, entry: &Arc<Entry>) -> bool {
+        self.segs
+            .iter()
+            .any(|s| s.visible && Arc::ptr_eq(&s.entry, entry))
+    }
+
+    fn remove_entry(&mut self, entry: &Arc<Entry>) {
+        self.segs.retain(|s| !Arc::ptr_eq(&s.entry, entry));
+        self.publish();
+    }
+
+    /// Takes out every segment (a fork child's start).
+    pub(crate) fn drain(&mut self) -> Vec<Segment> {
+        let segs = std::mem::take(&mut self.segs);
+        self.publish();
+        segs
+    }
+}
+
+/// The parts of `range` that no segment in `segs` covers.
+fn gaps(range: &Range<usize>, segs: &[Segment]) -> Vec<Range<usize>> {
+    uncovered(range, segs.iter().map(|s| s.range.clone()).collect())
+}
+
+/// The parts of `range` outside every range of `covered`.
+fn uncovered(range: &Range<usize>, mut covered: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    covered.sort_by_key(|r| r.start);
+    let mut out = Vec::new();
+    let mut at = range.start;
+    for r in covered {
+        if r.start > at {
+            out.push(at..r.start);
+        }
+        at = at.max(r.end);
+    }
+    if at < range.end {
+        out.push(at..range.end);
+    }
+    out
+}
+
+/// Checks an address range the way the kernel does: start 4 KiB-aligned,
+/// length > 0; returns it with the length rounded up to 4 KiB.
+fn checked_range(addr: usize, len: usize) -> Result<Range<usize>, Errno> {
+    if !addr.is_multiple_of(PAGE) || len == 0 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let end = len
+        .checked_next_multiple_of(PAGE)
+        .and_then(|l| addr.checked_add(l))
+        .ok_or(Errno(libc::EINVAL))?;
+    Ok(addr..end)
+}
+
+/// Whether `mmap(fd)` is one for umio, and with which store.
+fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> bool {
+    let cfg = config();
+    if cfg.paths.is_empty()
+        || flags & libc::MAP_ANONYMOUS != 0
+        || fd < 0
+        || len == 0
+        || len < cfg.min_size
+        || off < 0
+        || off as usize % PAGE != 0
+        || prot & libc::PROT_EXEC != 0
+        || prot & (libc::PROT_READ | libc::PROT_WRITE) == 0
+        || flags & (libc::MAP_FIXED_NOREPLACE | libc::MAP_HUGETLB | libc::MAP_GROWSDOWN) != 0
+    {
+        return false;
+    }
+    let kind = flags & 0x0f;
+    if kind != libc::MAP_SHARED && kind != libc::MAP_PRIVATE && kind != libc::MAP_SHARED_VALIDATE {
+        return false;
+    }
+    // SAFETY: fstat writes the struct we pass.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; a bad descriptor makes it fail.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    let fmt = st.st_mode & libc::S_IFMT;
+    if fmt != libc::S_IFREG && fmt != libc::S_IFBLK {
+        return false;
+    }
+    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+        return false;
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    cfg.selects(&path)
+}
+
+/// `mmap` of a file: `Ok(None)` if the shim leaves it to the kernel.
+pub(crate) fn map(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> Result<Option<usize>, Errno> {
+    if !selected(len, prot, flags, fd, off) {
+        return Ok(None);
+    }
+    let Ok(rt) = runtime() else {
+        return Ok(None);
+    };
+    let shared = flags & 0x0f != libc::MAP_PRIVATE;
+    // SAFETY: F_GETFL reads the descriptor's flags.
+    let mode = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_ACCMODE;
+    if mode == libc::O_WRONLY || (shared && prot & libc::PROT_WRITE != 0 && mode != libc::O_RDWR) {
+        return Err(Errno(libc::EACCES));
+    }
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor we then own.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(Errno(sys::errno()));
+    }
+    // SAFETY: `dup` is a fresh descriptor owned by nothing else.
+    let file = unsafe { File::from_raw_fd(dup) };
+    let len_r = len.next_multiple_of(PAGE);
+    let (store, cow, writable): (Arc<dyn Store>, _, bool) = if shared {
+        let s = SharedFile::new(&file)?;
+        let w = s.is_writable();
+        (Arc::new(s), None, w)
+    } else {
+        let c = Arc::new(CopyOnWrite::new(
+            &file,
+            off as u64,
+            len_r as u64,
+            config().scratch_dir.as_deref(),
+        )?);
+        (c.clone(), Some(c), true)
+    };
+    let mut opts = MapOptions::new()
+        .store(store.clone())
+        .offset(off as u64)
+        .len(len)
+        .writable(writable);
+    let fixed = flags & libc::MAP_FIXED != 0;
+    if fixed {
+        let range = checked_range(addr, len)?;
+        let (gone, leftover) = {
+            let mut t = lock();
+            let gone = unmap_locked(&mut t, &range);
+            (gone, !t.overlapping(&range).is_empty())
+        };
+        drop(gone);
+        if leftover {
+            // umio still holds part of the range (the edge of an earlier
+            // partial munmap, inside one of its pages).
+            return Err(Errno(libc::EINVAL));
+        }
+        // SAFETY: MAP_FIXED: the application gives up what it had mapped
+        // in the range, as the kernel's MAP_FIXED would take it.
+        opts = unsafe { opts.fixed_address(addr) };
+    }
+    let mapping = rt.map(opts)?;
+    let base = mapping.as_ptr() as usize;
+    let span = len.next_multiple_of(mapping.page_size());
+    if writable && prot & libc::PROT_WRITE == 0 {
+        // SAFETY: the region is ours, just made; read-only for now.
+        if unsafe { sys::mprotect(base, len_r, prot) } != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    if flags & libc::MAP_POPULATE != 0 {
+        mapping.prefetch(0..len)?;
+    }
+    let entry = Arc::new(Entry {
+        mapping,
+        file,
+        offset: off as u64,
+        len: len_r,
+        shared,
+        writable,
+        store,
+        cow,
+    });
+    MAPPED.fetch_add(1, Ordering::Relaxed);
+    MAPPED_BYTES.fetch_add(len_r, Ordering::Relaxed);
+    let mut t = lock();
+    t.insert(Segment {
+        range: base..base + len_r,
+        entry: entry.clone(),
+        visible: true,
+        prot,
+    });
+    t.insert(Segment {
+        range: base + len_r..base + span,
+        entry,
+        visible: false,
+        prot,
+    });
+    Ok(Some(base))
+}
+
+/// Unmaps the umio part of `range`: whole umio pages are unmapped at once;
+/// the edges of umio pages it only partly covers stay as invisible
+/// segments. Returns the entries that lost their last visible segment:
+/// dropping them (after the lock is released) writes back and unmaps
+/// their regions.
+fn unmap_locked(t: &mut Table, range: &Range<usize>) -> Vec<Arc<Entry>> {
+    let taken = t.take(range);
+    let mut entries: Vec<Arc<Entry>> = Vec::new();
+    for s in &taken {
+        if !entries.iter().any(|e| Arc::ptr_eq(e, &s.entry)) {
+            entries.push(s.entry.clone());
+        }
+    }
+    let mut gone = Vec::new();
+    for e in entries {
+        let mut runs: Vec<(Range<usize>, c_int)> = taken
+            .iter()
+            .filter(|s| Arc::ptr_eq(&s.entry, &e))
+            .map(|s| (s.range.clone(), s.prot))
+            .collect();
+        runs.sort_by_key(|r| r.0.start);
+        // Merge adjacent runs.
+        let mut merged: Vec<(Range<usize>, c_int)> = Vec::new();
+        for (r, p) in runs {
+            match merged.last_mut() {
+                Some((last, _)) if last.end == r.start => last.end = r.end,
+                _ => merged.push((r, p)),
+            }
+        }
+        let base = e.base();
+        let ps = e.mapping.page_size();
+        let mlen = e.mapping.len();
+        for (r, prot) in merged {
+            let (rs, re) = (r.start - base, r.end - base);
+            let a = rs.next_multiple_of(ps);
+            let b = if re >= mlen { mlen } else { re / ps * ps };
+            let cut = if a < b {
+                match e.mapping.unmap_range(a..b) {
+                    Ok(()) => Some((base + a, base + b.next_multiple_of(ps))),
+                    Err(err) => {
+                        log::warn!("umio-preload: unmapping part of a mapping: {err}");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let keep: Vec<Range<usize>> = match cut {
+                Some((ca, cb)) => vec![r.start..ca, cb.min(r.end)..r.end],
+                None => vec![r.clone()],
+            };
+            for k in keep {
+                if k.start < k.end {
+                    t.insert(Segment {
+                        range: k,
+                        entry: e.clone(),
+                        visible: false,
+                        prot,
+                    });
+                }
+            }
+        }
+        if !t.has_visible(&e) {
+            t.remove_entry(&e);
+            gone.push(e);
+        }
+    }
+    gone
+}
+
+/// `munmap`.
+pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), Errno> {
+    let range = checked_range(addr, len)?;
+    let (gone, gaps) = {
+        let mut t = lock();
+        let gaps = gaps(&range, &t.overlapping(&range));
+        (unmap_locked(&mut t, &range), gaps)
+    };
+    // Write-back and unmap of whole regions happen here, outside the lock.
+    drop(gone);
+    for g in gaps {
+        // SAFETY: the application unmaps memory that is not umio's.
+        if unsafe { sys::munmap(g.start, g.len()) } != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    Ok(())
+}
+
+/// Byte range of segment `s` relative to its mapping, clamped to it.
+fn relative(s: &Segment) -> Range<usize> {
+    let base = s.entry.base();
+    let mlen = s.entry.mapping.len();
+    (s.range.start - base).min(mlen)..(s.range.end - base).min(mlen)
+}
+
+/// `msync`: `MS_SYNC` and `MS_ASYNC` both write a shared mapping's dirty
+/// pages back and sync the file before returning; a private mapping has
+/// nothing to write.
+pub(crate) fn sync(addr: usize, len: usize, flags: c_int) -> Result<(), Errno> {
+    let known = libc::MS_SYNC | libc::MS_ASYNC | libc::MS_INVALIDATE;
+    if flags & !known != 0 || flags & libc::MS_SYNC != 0 && flags & libc::MS_ASYNC != 0 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let range = checked_range(addr, len)?;
+    let segs = lock().overlapping(&range);
+    let mut result = Ok(());
+    for s in &segs {
+        if !s.visible {
+            result = Err(Errno(libc::ENOMEM));
+        } else if s.entry.shared {
+            let r = relative(s);
+            if !r.is_empty() {
+                s.entry.mapping.flush_range(r)?;
+            }
+        }
+    }
+    for g in gaps(&range, &segs) {
+        if sys::msync(g.start, g.len(), flags) != 0 {
+            result = Err(Errno(sys::errno()));
+        }
+    }
+    result
+}
+
+/// `madvise` (and `posix_madvise`, which passes `dontneed_is_noop`).
+pub(crate) fn advise(
+    addr: usize,
+    len: usize,
+    advice: c_int,
+    dontneed_is_noop: bool,
+) -> Result<(), Errno> {
+    let range = checked_range(addr, len)?;
+    let segs = lock().overlapping(&range);
+    // Refuse before changing anything.
+    for s in &segs {
+        if !s.visible {
+            return Err(Errno(libc::ENOMEM));
+        }
+    }
+    match advice {
+        libc::MADV_REMOVE => return Err(Errno(libc::EOPNOTSUPP)),
+        libc::MADV_FREE => return Err(Errno(libc::EINVAL)),
+        _ => {}
+    }
+    for s in &segs {
+        let r = relative(s);
+        if r.is_empty() {
+            continue;
+        }
+        let m = &s.entry.mapping;
+        match advice {
+            libc::MADV_NORMAL => m.advise(r, Advice::Normal)?,
+            libc::MADV_SEQUENTIAL => m.advise(r, Advice::Sequential)?,
+            libc::MADV_RANDOM => m.advise(r, Advice::Random)?,
+            // MADV_POPULATE_READ / _WRITE (22, 23) fetch as WILLNEED does.
+            libc::MADV_WILLNEED | 22 | 23 => m.prefetch(r)?,
+            libc::MADV_DONTNEED if dontneed_is_noop => {}
+            libc::MADV_DONTNEED => discard(&s.entry, r)?,
+            libc::MADV_HUGEPAGE
+            | libc::MADV_NOHUGEPAGE
+            | libc::MADV_MERGEABLE
+            | libc::MADV_UNMERGEABLE
+            | libc::MADV_DONTFORK
+            | libc::MADV_DOFORK
+            | libc::MADV_DONTDUMP
+            | libc::MADV_DODUMP
+            | libc::MADV_WIPEONFORK
+            | libc::MADV_KEEPONFORK
+            | libc::MADV_COLD
+            | libc::MADV_PAGEOUT
+            | libc::MADV_COLLAPSE => {}
+            _ => return Err(Errno(libc::EINVAL)),
+        }
+    }
+    for g in gaps(&range, &segs) {
+        let r = if dontneed_is_noop && advice == libc::MADV_DONTNEED {
+            0
+        } else {
+            // SAFETY: the application's advice on memory that is not umio's.
+            unsafe { sys::madvise(g.start, g.len(), advice) }
+        };
+        if r != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    Ok(())
+}
+
+/// `MADV_DONTNEED` on a umio mapping. Shared: the pages' changes are kept
+/// (written back first, as the kernel keeps them in the page cache), then
+/// the pages are dropped. Private: the whole umio pages within the range
+/// lose their changes and read the file again.
+fn discard(e: &Entry, r: Range<usize>) -> Result<(), Errno> {
+    let ps = e.mapping.page_size();
+    let mlen = e.mapping.len();
+    if e.shared {
+        e.mapping.flush_range(r.clone())?;
+        let a = r.start / ps * ps;
+        let b = r.end.next_multiple_of(ps).min(mlen);
+        e.mapping.advise(a..b, Advice::DontNeed)?;
+    } else {
+        let a = r.start.next_multiple_of(ps);
+        let b = if r.end >= mlen { mlen } else { r.end / ps * ps };
+        if a < b {
+            e.mapping.advise(a..b, Advice::DontNeed)?;
+            if let Some(c) = &e.cow {
+                c.forget(a as u64, b as u64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mprotect`. On umio mappings: any mix of `PROT_READ`, `PROT_WRITE`
+/// and `PROT_EXEC` that includes reading; `PROT_WRITE` needs a mapping
+/// that can take writes (private, or shared over a descriptor open for
+/// writing). `PROT_NONE` is refused with `EACCES`: umio's own threads
+/// read the pages to write them back.
+pub(crate) fn protect(addr: usize, len: usize, prot: c_int) -> Result<(), Errno> {
+    let range = checked_range(addr, len)?;
+    let all = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
+    let mut t = lock();
+    let segs = t.overlapping(&range);
+    for s in &segs {
+        if !s.visible {
+            return Err(Errno(libc::ENOMEM));
+        }
+        if prot & !all != 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        if prot & libc::PROT_READ == 0 || (prot & libc::PROT_WRITE != 0 && !s.entry.writable) {
+            return Err(Errno(libc::EACCES));
+        }
+    }
+    for s in &segs {
+        // SAFETY: the range is a visible part of a umio region, whose
+        // region is writable whenever PROT_WRITE is asked.
+        if unsafe { sys::mprotect(s.range.start, s.range.len(), prot) } != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    if !segs.is_empty() {
+        for mut s in t.take(&range) {
+            s.prot = prot;
+            t.insert(s);
+        }
+    }
+    drop(t);
+    for g in gaps(&range, &segs) {
+        // SAFETY: the application's own memory, not umio's.
+        if unsafe { sys::mprotect(g.start, g.len(), prot) } != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    Ok(())
+}
+
+/// `mremap` of a umio mapping: `Ok(None)` if `old` is not umio's. A whole
+/// mapping can shrink in place, or grow by moving (`MREMAP_MAYMOVE`) to a
+/// new umio mapping of the same file; growing in place fails with
+/// `ENOMEM`; part of a mapping, `MREMAP_FIXED` and `MREMAP_DONTUNMAP`
+/// fail with `EINVAL`.
+pub(crate) fn remap(
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: usize,
+) -> Result<Option<usize>, Errno> {
+    let range = checked_range(old, old_len.max(1))?;
+    let segs = lock().overlapping(&range);
+    if segs.is_empty() {
+        if flags & libc::MREMAP_FIXED != 0 {
+            // The target is replaced: umio's part of it must go first.
+            let target = checked_range(new_addr, new_len)?;
+            let gone = unmap_locked(&mut lock(), &target);
+            drop(gone);
+        }
+        return Ok(None);
+    }
+    let e = segs[0].entry.clone();
+    let whole = old_len != 0
+        && old == e.base()
+        && old_len.next_multiple_of(PAGE) == e.len
+        && segs.len() == 1
+        && segs[0].visible
+        && segs[0].range == (old..old + e.len);
+    if !whole || flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0 || new_len == 0 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let new_r = new_len.next_multiple_of(PAGE);
+    if new_r <= e.len {
+        if new_r < e.len {
+            unmap(old + new_r, e.len - new_r)?;
+        }
+        return Ok(Some(old));
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        return Err(Errno(libc::ENOMEM));
+    }
+    let rt = runtime()?;
+    let (store, cow): (Arc<dyn Store>, _) = match &e.cow {
+        Some(old_cow) => {
+            let c = Arc::new(CopyOnWrite::new(
+                &e.file,
+                e.offset,
+                new_r as u64,
+                config().scratch_dir.as_deref(),
+            )?);
+            // The old mapping's changes move with it: written back to its
+            // scratch file first, then copied to the new one.
+            e.mapping.flush()?;
+            c.copy_written(old_cow)?;
+            (c.clone(), Some(c))
+        }
+        None => {
+            e.mapping.flush()?;
+            (e.store.clone(), None)
+        }
+    };
+    let mapping = rt.map(
+        MapOptions::new()
+            .store(store.clone())
+            .offset(e.offset)
+            .len(new_len)
+            .writable(e.writable),
+    )?;
+    let base = mapping.as_ptr() as usize;
+    let span = new_len.next_multiple_of(mapping.page_size());
+    let prot = segs[0].prot;
+    if e.writable && prot & libc::PROT_WRITE == 0 {
+        // SAFETY: our fresh region.
+        if unsafe { sys::mprotect(base, new_r, prot) } != 0 {
+            return Err(Errno(sys::errno()));
+        }
+    }
+    let file = e.file.try_clone()?;
+    let entry = Arc::new(Entry {
+        mapping,
+        file,
+        offset: e.offset,
+        len: new_r,
+        shared: e.shared,
+        writable: e.writable,
+        store,
+        cow,
+    });
+    {
+        let mut t = lock();
+        t.insert(Segment {
+            range: base..base + new_r,
+            entry: entry.clone(),
+            visible: true,
+            prot,
+        });
+        t.insert(Segment {
+            range: base + new_r..base + span,
+            entry,
+            visible: false,
+            prot,
+        });
+    }
+    unmap(old, e.len)?;
+    Ok(Some(base))
+}
+
+/// Writes back every shared mapping (at exit, and before `fork`).
+pub(crate) fn flush_all(t: &Table, private_too: bool) {
+    let mut done: Vec<*const Entry> = Vec::new();
+    for s in &t.segs {
+        let p = Arc::as_ptr(&s.entry);
+        if done.contains(&p) || !(s.entry.shared || private_too) {
+            continue;
+        }
+        done.push(p);
+        if let Err(e) = s.entry.mapping.flush() {
+            sys::eprint(&format!("umio-preload: write-back failed: {e}\n"));
+        }
+    }
+}
+
+/// In a fork child: the parent's umio regions are not inherited (their
+/// memory is `MADV_DONTFORK`), so each visible segment is mapped again by
+/// the kernel, from the same file at the same address with the same
+/// protection: shared mappings as `MAP_SHARED` (the parent wrote its
+/// changes back before forking), private ones as `MAP_PRIVATE` with the
+/// pages the parent had written copied in from its scratch file. The
+/// parent's runtime is forgotten, never dropped.
+pub(crate) fn adopt_in_child(segs: Vec<Segment>) {
+    for s in segs.iter().filter(|s| s.visible) {
+        let e = &s.entry;
+        let rel = s.range.start - e.base();
+        let kind = if e.shared {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE
+        };
+        let prot = if e.shared {
+            s.prot
+        } else {
+            s.prot | libc::PROT_WRITE
+        };
+        // SAFETY: the range was the parent's umio memory, absent here.
+        let p = unsafe {
+            sys::mmap(
+                s.range.start as *mut libc::c_void,
+                s.range.len(),
+                prot,
+                kind | libc::MAP_FIXED,
+                e.file.as_raw_fd(),
+                (e.offset + rel as u64) as i64,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            sys::eprint("umio-preload: fork child: cannot map a parent's mapping again\n");
+            continue;
+        }
+        if let Some(c) = &e.cow {
+            for page in c.written_pages() {
+                let at = page as usize * PAGE;
+                if at < rel || at >= rel + s.range.len() {
+                    continue;
+                }
+                let dst = s.range.start + (at - rel);
+                // SAFETY: dst is a page of the private mapping just made,
+                // writable; pread fills it from the scratch file.
+                unsafe {
+                    libc::pread(
+                        c.scratch().as_raw_fd(),
+                        dst as *mut libc::c_void,
+                        PAGE,
+                        at as i64,
+                    )
+                };
+            }
+            if prot != s.prot {
+                // SAFETY: our mapping, back to the protection it had.
+                unsafe { sys::mprotect(s.range.start, s.range.len(), s.prot) };
+            }
+        }
+    }
+    // The entries hold the parent's runtime: never dropped here.
+    std::mem::forget(segs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_what_segments_leave() {
+        let covered = vec![0x6000..0xa000, 0x2000..0x3000, 0x3000..0x4000];
+        assert_eq!(
+            uncovered(&(0x1000..0x9000), covered),
+            vec![0x1000..0x2000, 0x4000..0x6000]
+        );
+        assert_eq!(uncovered(&(0x1000..0x2000), vec![]), vec![0x1000..0x2000]);
+        assert_eq!(checked_range(0x1000, 1).unwrap(), 0x1000..0x2000);
+        assert_eq!(checked_range(0x1001, 1), Err(Errno(libc::EINVAL)));
+        assert_eq!(checked_range(0x1000, 0), Err(Errno(libc::EINVAL)));
+    }
+}

@@ -1,0 +1,102 @@
+//! The process's umio runtime, started on first use (in a fork child too:
+//! a child never touches its parent's runtime, whose threads it lacks).
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use umio_core::Runtime;
+
+use crate::config::Config;
+use crate::sys;
+
+/// A positive errno: the error of everything behind an export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Errno(pub i32);
+
+impl From<umio_core::Error> for Errno {
+    fn from(e: umio_core::Error) -> Self {
+        log::debug!("umio-preload: {e}");
+        Errno(e.errno())
+    }
+}
+
+impl From<umio_backends::StoreError> for Errno {
+    fn from(e: umio_backends::StoreError) -> Self {
+        Errno(e.errno)
+    }
+}
+
+impl From<std::io::Error> for Errno {
+    fn from(e: std::io::Error) -> Self {
+        Errno(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+/// The shim's configuration (read from the environment on first use).
+pub(crate) fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(Config::from_env)
+}
+
+pub(crate) struct RuntimeSlot {
+    /// The process that built `rt` (a fork child must not use it).
+    pid: i32,
+    rt: Option<Runtime>,
+    /// The first build failed with this errno: reported once, never retried.
+    failed: Option<i32>,
+}
+
+static RUNTIME: Mutex<RuntimeSlot> = Mutex::new(RuntimeSlot {
+    pid: 0,
+    rt: None,
+    failed: None,
+});
+
+pub(crate) fn lock_runtime() -> MutexGuard<'static, RuntimeSlot> {
+    RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The runtime of this process, built from `UMIO_*` on first use.
+pub(crate) fn runtime() -> Result<Runtime, Errno> {
+    let mut slot = lock_runtime();
+    if let Some(e) = slot.failed {
+        return Err(Errno(e));
+    }
+    if let Some(rt) = &slot.rt {
+        return Ok(rt.clone());
+    }
+    let built = umio_core::Builder::default()
+        .from_env()
+        .and_then(|b| b.build());
+    match built {
+        Ok(rt) => {
+            slot.pid = sys::pid();
+            slot.rt = Some(rt.clone());
+            Ok(rt)
+        }
+        Err(e) => {
+            sys::eprint(&format!(
+                "umio-preload: umio cannot start ({e}); mappings and allocations stay with the kernel and glibc\n"
+            ));
+            slot.failed = Some(e.errno());
+            Err(Errno(e.errno()))
+        }
+    }
+}
+
+/// The runtime if it was started, without starting it.
+pub(crate) fn runtime_if_started() -> Option<Runtime> {
+    lock_runtime().rt.clone()
+}
+
+impl RuntimeSlot {
+    /// In a fork child: forgets the parent's runtime without dropping it
+    /// (dropping would join threads that do not exist here), so the next
+    /// use starts a fresh one.
+    pub(crate) fn forget_for_child(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            std::mem::forget(rt);
+        }
+        self.failed = None;
+        self.pid = sys::pid();
+    }
+}
