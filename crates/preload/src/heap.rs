@@ -145,9 +145,9 @@ pub(crate) fn inherited() -> bool {
 
 fn open_file(path: &std::path::Path, size: usize) -> std::io::Result<File> {
     if path.is_dir() {
-        return Ok(FileStore::scratch(Some(path), size as u64)?
+        return FileStore::scratch(Some(path), size as u64)?
             .file()
-            .try_clone()?);
+            .try_clone();
     }
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()

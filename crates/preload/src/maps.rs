@@ -202,7 +202,7 @@ fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> bool 
         || len == 0
         || len < cfg.min_size
         || off < 0
-        || off as usize % PAGE != 0
+        || !(off as usize).is_multiple_of(PAGE)
         || prot & libc::PROT_EXEC != 0
         || prot & (libc::PROT_READ | libc::PROT_WRITE) == 0
         || flags & (libc::MAP_FIXED_NOREPLACE | libc::MAP_HUGETLB | libc::MAP_GROWSDOWN) != 0
