@@ -6,13 +6,14 @@
 //!   served by umio; every other mapping, anonymous ones included, is the
 //!   kernel's. `munmap`, `msync`, `madvise`, `posix_madvise`, `mprotect`
 //!   and `mremap` on umio mappings keep their kernel meaning as far as
-//!   [`maps`] documents, and pass everything else to the kernel.
+//!   `maps.rs` and the README document, and pass everything else to the
+//!   kernel.
 //!   `MAP_SHARED` writes reach the file (at `msync`, `munmap`, eviction
 //!   and exit); `MAP_PRIVATE` writes never do (they go to a nameless
 //!   scratch file).
 //! - **Heap mode** (`UMIO_HEAP_FILE`): `malloc` and its kin serve blocks of
 //!   at least `UMIO_HEAP_MIN_ALLOC` bytes from a umio region over that file
-//!   ([`heap`]).
+//!   (`heap.rs`).
 //! - `UMIO_STATS=1` prints the process's counters at exit.
 //!
 //! The runtime starts on the first selected mapping or large allocation,
