@@ -53,7 +53,11 @@ pub unsafe extern "C" fn mmap(
     if flags & libc::MAP_ANONYMOUS != 0 || fd < 0 {
         if flags & libc::MAP_FIXED != 0 && maps::any() && !sys::inside() {
             // MAP_FIXED over a umio mapping replaces it: let umio go first.
-            let _ = boundary(0, || 0, || maps::unmap(addr as usize, len).map(|()| 0));
+            let _ = boundary(
+                0,
+                || 0,
+                || maps::release_for_fixed(addr as usize, len).map(|()| 0),
+            );
         }
         return kernel();
     }
@@ -62,7 +66,7 @@ pub unsafe extern "C" fn mmap(
             Some(p) => Ok(p as *mut c_void),
             None => {
                 if flags & libc::MAP_FIXED != 0 && maps::any() {
-                    maps::unmap(addr as usize, len)?;
+                    maps::release_for_fixed(addr as usize, len)?;
                 }
                 // SAFETY: as the caller gave it.
                 let p = unsafe { sys::mmap(addr, len, prot, flags, fd, off) };

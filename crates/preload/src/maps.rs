@@ -427,6 +427,16 @@ pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Before a `MAP_FIXED` mapping replaces `[addr, addr + len)`: umio's
+/// part of the range is unmapped (written back first), the rest is left
+/// for the kernel's `MAP_FIXED` to replace.
+pub(crate) fn release_for_fixed(addr: usize, len: usize) -> Result<(), Errno> {
+    let range = checked_range(addr, len)?;
+    let gone = unmap_locked(&mut lock(), &range);
+    drop(gone);
+    Ok(())
+}
+
 /// Byte range of segment `s` relative to its mapping, clamped to it.
 fn relative(s: &Segment) -> Range<usize> {
     let base = s.entry.base();

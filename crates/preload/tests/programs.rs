@@ -226,9 +226,16 @@ fn heap_mode_runs_arrays_larger_than_the_cache() {
 fn fio() -> &'static str {
     let have = || Command::new("fio").arg("--version").output().is_ok();
     if !have() {
-        let _ = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "fio"])
-            .status();
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "--no-install-recommends", "fio"])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !install() {
+            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+            install();
+        }
     }
     assert!(
         have(),
