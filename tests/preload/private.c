@@ -27,6 +27,16 @@ int main(int argc, char **argv) {
     CHECK(mismatch(p, 0, 1 << 20, 1) < 0);
     CHECK(mismatch(p, 1 << 20, len, 5) < 0);
 
+    /* mremap: a private mapping moved to a larger one keeps its writes. */
+    char *h = mmap(NULL, len / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(h != MAP_FAILED);
+    fill(h, 0, len / 4, 6);
+    char *g = mremap(h, len / 2, len, MREMAP_MAYMOVE);
+    CHECK(g != MAP_FAILED);
+    CHECK(mismatch(g, 0, len / 4, 6) < 0);
+    CHECK(mismatch(g, len / 4, len, 1) < 0);
+    CHECK(munmap(g, len) == 0);
+
     CHECK(munmap(p, len) == 0);
     CHECK(close(fd) == 0);
     CHECK(file_holds(path, 0, len, 1));

@@ -48,6 +48,15 @@ int main(int argc, char **argv) {
     CHECK(mismatch(p, len / 2, len / 2 + page, 2) < 0);
     CHECK(mprotect(p, len, PROT_READ | PROT_WRITE) == 0);
     fill(p, len / 2, len / 2 + page, 3);
+    /* PROT_NONE: the kernel's, refused on umio's (documented). */
+    errno = 0;
+    int none = mprotect(p, page, PROT_NONE);
+    if (expect_umio()) {
+        CHECK(none == -1 && errno == EACCES);
+    } else {
+        CHECK(none == 0);
+        CHECK(mprotect(p, page, PROT_READ | PROT_WRITE) == 0);
+    }
 
     /* Kernel errnos for bad arguments. */
     errno = 0;

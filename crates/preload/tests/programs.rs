@@ -67,6 +67,7 @@ fn compile(name: &str, dir: &Path) -> PathBuf {
     let out = Command::new("cc")
         .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
         .arg(&src)
+        .arg("-pthread")
         .arg("-o")
         .arg(&exe)
         .output()
@@ -127,6 +128,16 @@ fn stat(out: &Output, name: &str) -> u64 {
 /// Runs a mapping program under the kernel, then under the shim with a
 /// 4 MiB cache over files of `mib` MiB; returns the shim run's output.
 fn kernel_then_shim(name: &str, mib: u32, file_arg: bool) -> Output {
+    kernel_then_shim_with(name, mib, file_arg, &[])
+}
+
+/// As `kernel_then_shim`, with more variables for the shim run.
+fn kernel_then_shim_with(
+    name: &str,
+    mib: u32,
+    file_arg: bool,
+    more_env: &[(&str, &str)],
+) -> Output {
     let dir = scratch();
     let exe = compile(name, dir.path());
     let data = dir.path().join("data");
@@ -145,17 +156,14 @@ fn kernel_then_shim(name: &str, mib: u32, file_arg: bool) -> Output {
         &format!("{name} ok"),
     );
     let pattern = format!("{}/*", data.display());
-    let shim = run(
-        &exe,
-        &[target, &mib],
-        &[
-            ("UMIO_PRELOAD_PATHS", &pattern),
-            ("UMIO_CACHE_BYTES", "4M"),
-            ("UMIO_STATS", "1"),
-            ("EXPECT_UMIO", "1"),
-        ],
-        true,
-    );
+    let mut env = vec![
+        ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+        ("UMIO_CACHE_BYTES", "4M"),
+        ("UMIO_STATS", "1"),
+        ("EXPECT_UMIO", "1"),
+    ];
+    env.extend_from_slice(more_env);
+    let shim = run(&exe, &[target, &mib], &env, true);
     assert_ok(
         &shim,
         &format!("{name} under the shim"),
@@ -193,6 +201,26 @@ fn fork_children_see_the_parents_mappings() {
         2,
         "stderr:\n{stderr}"
     );
+}
+
+#[test]
+fn threads_map_write_and_allocate_at_once_in_both_modes() {
+    let heap = scratch();
+    let out = kernel_then_shim_with(
+        "threads",
+        16,
+        true,
+        &[
+            ("UMIO_HEAP_FILE", heap.path().to_str().unwrap()),
+            ("UMIO_HEAP_MIN_ALLOC", "1M"),
+        ],
+    );
+    assert_eq!(stat(&out, "file mappings"), 32, "4 threads x 8 rounds");
+    // The workers' 32 blocks, the 1 MiB buffers of the file checks (2 per
+    // round) and of the file's creation.
+    assert_eq!(stat(&out, "allocations"), 32 + 64 + 1);
+    assert_eq!(stat(&out, "allocations"), stat(&out, "frees"));
+    assert!(stat(&out, "evicted pages") > 0);
 }
 
 #[test]
