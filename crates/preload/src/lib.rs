@@ -64,6 +64,9 @@ extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
         let cfg = runtime::config();
         heap::configure(cfg);
+        if cfg.stats {
+            sys::keep_stderr();
+        }
         // SAFETY: registering functions that live as long as the process
         // (this library is never unloaded: it interposes malloc).
         unsafe {
@@ -194,5 +197,5 @@ fn print_stats() {
         );
     }
     out.push('\n');
-    sys::eprint(&out);
+    sys::report(&out);
 }

@@ -217,6 +217,27 @@ pub(crate) fn eprint(msg: &str) {
     let _ = unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
+/// A duplicate of stderr taken at load time, for the exit report:
+/// programs may close stderr in their own exit handlers (gnulib's
+/// `close_stdout` does), which run before the shim's.
+static REPORT_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
+
+/// Keeps a duplicate of stderr for [`report`].
+pub(crate) fn keep_stderr() {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor the shim owns.
+    let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
+    if fd >= 0 {
+        REPORT_FD.store(fd, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Writes `msg` to the stderr kept by [`keep_stderr`] (or stderr).
+pub(crate) fn report(msg: &str) {
+    let fd = REPORT_FD.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: writes bytes of a live string.
+    let _ = unsafe { libc::write(fd, msg.as_ptr().cast(), msg.len()) };
+}
+
 /// The process id.
 pub(crate) fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
