@@ -53,11 +53,14 @@ pub unsafe extern "C" fn mmap(
     if flags & libc::MAP_ANONYMOUS != 0 || fd < 0 {
         if flags & libc::MAP_FIXED != 0 && maps::any() && !sys::inside() {
             // MAP_FIXED over a umio mapping replaces it: let umio go first.
-            let _ = boundary(
-                0,
+            let r = boundary(
+                -1,
                 || 0,
                 || maps::release_for_fixed(addr as usize, len).map(|()| 0),
             );
+            if r != 0 {
+                return libc::MAP_FAILED;
+            }
         }
         return kernel();
     }

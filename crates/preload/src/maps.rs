@@ -283,17 +283,7 @@ pub(crate) fn map(
     let fixed = flags & libc::MAP_FIXED != 0;
     if fixed {
         let range = checked_range(addr, len)?;
-        let (gone, leftover) = {
-            let mut t = lock();
-            let gone = unmap_locked(&mut t, &range);
-            (gone, !t.overlapping(&range).is_empty())
-        };
-        drop(gone);
-        if leftover {
-            // umio still holds part of the range (the edge of an earlier
-            // partial munmap, inside one of its pages).
-            return Err(Errno(libc::EINVAL));
-        }
+        release_for_fixed(range.start, range.len())?;
         // SAFETY: MAP_FIXED: the application gives up what it had mapped
         // in the range, as the kernel's MAP_FIXED would take it.
         opts = unsafe { opts.fixed_address(addr) };
@@ -429,11 +419,20 @@ pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), Errno> {
 
 /// Before a `MAP_FIXED` mapping replaces `[addr, addr + len)`: umio's
 /// part of the range is unmapped (written back first), the rest is left
-/// for the kernel's `MAP_FIXED` to replace.
+/// for the kernel's `MAP_FIXED` to replace. `EINVAL` if umio still holds
+/// part of the range (the edge of an earlier partial `munmap` inside one
+/// of its pages): the kernel must not map over memory umio will unmap.
 pub(crate) fn release_for_fixed(addr: usize, len: usize) -> Result<(), Errno> {
     let range = checked_range(addr, len)?;
-    let gone = unmap_locked(&mut lock(), &range);
+    let (gone, leftover) = {
+        let mut t = lock();
+        let gone = unmap_locked(&mut t, &range);
+        (gone, !t.overlapping(&range).is_empty())
+    };
     drop(gone);
+    if leftover {
+        return Err(Errno(libc::EINVAL));
+    }
     Ok(())
 }
 
