@@ -17,6 +17,7 @@ use crate::runtime::Shared;
 use crate::sys::mm::{self, StagingBuffer};
 use crate::sys::poller::{Poller, Wake};
 use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE, UffdMsg};
+use crate::trace::Step;
 
 /// Largest run of pages filled by one store read and one copy.
 const MAX_FILL_RUN: usize = 2 << 20;
@@ -86,6 +87,7 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
     while poller.wait() == Wake::Faults {
         let mut idle_since: Option<Instant> = None;
         loop {
+            let read_begin = shared.trace_read_begin();
             let n = match shared.uffd.read_messages(&mut msgs) {
                 Ok(n) => n,
                 Err(e) => {
@@ -102,6 +104,7 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
                 continue;
             }
             idle_since = None;
+            shared.trace_read(read_begin);
             for m in &msgs[..n] {
                 if let Some((addr, flags)) = m.pagefault() {
                     w.thread = m.thread_id();
@@ -244,6 +247,7 @@ impl Shared {
 
     /// Fills a missed page this thread holds busy, then reads ahead.
     pub(crate) fn fill_fault(&self, w: &mut Worker, region: &Region, page: usize, write: bool) {
+        self.trace_step(Step::Filling);
         let ps = region.page_size;
         let addr = region.page_addr(page);
         if !self.reserve(w, ps as u64, true, region) {
@@ -260,6 +264,7 @@ impl Shared {
             self.fail_fill(region, page..page + 1);
             return;
         }
+        self.trace_step(Step::Reserved);
         let src = match self.direct_source(region, page, 1) {
             // The store is memory we can read: copy straight from it.
             Some(src) => {
@@ -277,6 +282,7 @@ impl Shared {
                 }
             },
         };
+        self.trace_step(Step::StoreRead);
         let dirty = write && region.writable;
         let wp = region.writable && !dirty;
         // SAFETY: src is ps readable bytes: our staging buffer, or the
@@ -291,6 +297,7 @@ impl Shared {
             self.uffd.wake(addr, ps);
             return;
         }
+        self.trace_step(Step::Installed);
         if dirty {
             region.dirty.fetch_add(1, Relaxed);
             self.stats.write_misses.fetch_add(1, Relaxed);
@@ -307,6 +314,7 @@ impl Shared {
             },
         );
         self.uffd.wake(addr, ps);
+        self.trace_woken();
         self.policy.inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
     }

@@ -16,6 +16,7 @@ mod runtime;
 mod stats;
 mod store_slots;
 mod sys;
+mod trace;
 mod writeback;
 
 pub use error::{Error, Result};
@@ -29,3 +30,4 @@ pub use runtime::{
     default_fillers, kernel_features,
 };
 pub use stats::{RegionStats, Stats};
+pub use trace::{FaultTrace, now as trace_clock};

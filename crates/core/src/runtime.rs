@@ -22,6 +22,7 @@ use crate::stats::{Counters, Stats};
 use crate::sys::mm;
 use crate::sys::poller::EventFd;
 use crate::sys::uffd::{Uffd, feature};
+use crate::trace::{FaultTrace, Tracer};
 
 /// Smallest fill unit: the system page.
 pub const MIN_PAGE_SIZE: usize = 4096;
@@ -176,6 +177,7 @@ pub struct Builder {
     max_fault_events: usize,
     promote: PromoteKind,
     uffd_mode: UffdMode,
+    trace_faults: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -192,6 +194,7 @@ impl std::fmt::Debug for Builder {
             .field("max_fault_events", &self.max_fault_events)
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
+            .field("trace_faults", &self.trace_faults)
             .finish_non_exhaustive()
     }
 }
@@ -211,6 +214,7 @@ impl Default for Builder {
             max_fault_events: 64,
             promote: PromoteKind::Never,
             uffd_mode: UffdMode::Auto,
+            trace_faults: false,
         }
     }
 }
@@ -322,6 +326,14 @@ impl Builder {
     /// fallback.
     pub fn uffd_mode(mut self, mode: UffdMode) -> Self {
         self.uffd_mode = mode;
+        self
+    }
+
+    /// Records the time stamp counter at each step of every miss, for
+    /// benchmarks: [`Runtime::last_fault_trace`] returns the most recent.
+    /// Default off; off, the fault path only tests that it is off.
+    pub fn trace_faults(mut self, on: bool) -> Self {
+        self.trace_faults = on;
         self
     }
 
@@ -503,6 +515,7 @@ impl Builder {
             shutdown: AtomicBool::new(false),
             shutdown_fd,
             closed: AtomicBool::new(false),
+            trace: self.trace_faults.then(Box::default),
         });
         let mut threads = Vec::new();
         let spawn = |name: String, f: fn(Arc<Shared>), threads: &mut Vec<JoinHandle<()>>| {
@@ -653,6 +666,8 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     pub shutdown_fd: EventFd,
     closed: AtomicBool,
+    /// Fault tracing ([`Builder::trace_faults`]); `None` when off.
+    pub trace: Option<Box<Tracer>>,
 }
 
 impl Shared {
@@ -1004,6 +1019,14 @@ impl Runtime {
     /// (see [`UffdMode`] and [`KernelFeatures::user_mode_only`]).
     pub fn user_mode_only(&self) -> bool {
         self.inner.shared.features.user_mode_only
+    }
+
+    /// The time stamps of the most recent miss a filler served, if the
+    /// runtime was built with [`Builder::trace_faults`] and has served one.
+    /// The filler publishes a trace just after it wakes the faulting
+    /// thread: wait for [`FaultTrace::seq`] to change.
+    pub fn last_fault_trace(&self) -> Option<FaultTrace> {
+        self.inner.shared.trace.as_ref()?.last()
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
