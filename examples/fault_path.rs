@@ -1,0 +1,38 @@
+//! The fault path in cycles: one umio miss broken into its steps (trap and
+//! delivery to the filler, event read, lookup, cache reservation, store
+//! read, `UFFDIO_COPY`, wake-up), beside the floor of the mechanism (a
+//! minimal handler of our own) and Linux's own minor, anonymous and major
+//! faults, and the published ring-0 figures.
+//!
+//! `cargo run --release --example fault_path [faults]` (root: userfaultfd
+//! in full mode, a loop mount for the major-fault row; a few seconds).
+
+#[path = "common/bench.rs"]
+mod bench;
+#[path = "common/fault_path.rs"]
+mod fault_path;
+
+fn main() {
+    let faults = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
+    let run = || -> bench::Result<()> {
+        let data = bench::Data::new(256, true)?;
+        if let Some(why) = &data.no_ext4 {
+            eprintln!("major-fault row skipped: {why}");
+        }
+        let fp = fault_path::run(&data, faults, &mut |name| eprintln!("measuring {name}"))?;
+        print!("{}", fault_path::markdown(&fp));
+        let r = fault_path::ratio_to_floor(&fp);
+        println!(
+            "umio / floor (median 4 KiB miss): {r:.2}x; target 1.15x: {}",
+            if r <= 1.15 { "met" } else { "missed" }
+        );
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("fault_path: {e}");
+        std::process::exit(1);
+    }
+}
