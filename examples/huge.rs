@@ -207,7 +207,11 @@ impl Drop for HugePool {
 }
 
 fn row(name: &str, p: &Params, o: &Outcome, base: Option<&Outcome>, clustered_ops: bool) {
-    let touched = if clustered_ops { p.ops / 64 * 64 } else { p.size / 4096 };
+    let touched = if clustered_ops {
+        p.ops / 64 * 64
+    } else {
+        p.size / 4096
+    };
     let per_sec = touched as f64 / o.time.as_secs_f64();
     let per_io = o
         .bytes
@@ -232,9 +236,8 @@ fn main() -> Result<()> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = || -> Result<usize> {
-            Ok(args.next().ok_or(format!("{a} needs a value"))?.parse()?)
-        };
+        let mut val =
+            || -> Result<usize> { Ok(args.next().ok_or(format!("{a} needs a value"))?.parse()?) };
         match a.as_str() {
             "--size" => p.size = val()? * MIB,
             "--cache" => p.cache = val()? * MIB,
@@ -252,7 +255,9 @@ fn main() -> Result<()> {
         let mut x = 7u64;
         let data: Vec<u8> = (0..p.size)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 (x >> 56) as u8
             })
             .collect();
@@ -306,7 +311,13 @@ fn main() -> Result<()> {
             None => None,
         };
         let tmpfs = run_mmap(&p, &file, clustered_ops);
-        row("Linux mmap, tmpfs, no limit", &p, &tmpfs, base.as_ref(), clustered_ops);
+        row(
+            "Linux mmap, tmpfs, no limit",
+            &p,
+            &tmpfs,
+            base.as_ref(),
+            clustered_ops,
+        );
         let mut sums = vec![tmpfs.sum];
         for c in [
             Config::Small,
