@@ -13,9 +13,9 @@
 //! cargo run --release --example bfs -- [--scale N] [--edge-factor N] [--cache MiB] [--all]
 //! ```
 //!
-//! Without `--all`, the two configurations that thrash on this random
+//! Without `--all`, the three configurations that thrash on this random
 //! access are skipped: promote-always (every miss promotes a 2 MiB range
-//! the cache then evicts) and 2 MiB fill units in ordinary memory (one run
+//! the cache then evicts), and 2 MiB pages, hugetlbfs or not (one run
 //! here: 4 KiB pages 7.9 s, promote-always 49.7 s, 2 MiB units 732 s,
 //! against Linux mmap's 18.2 s).
 //!
@@ -271,7 +271,7 @@ fn main() -> Result<()> {
         ("2m", "umio 2 MiB fill unit"),
         ("hugetlb", "umio hugetlbfs 2 MiB"),
     ] {
-        if matches!(config, "promote" | "2m") && !all {
+        if matches!(config, "promote" | "2m" | "hugetlb") && !all {
             eprintln!("{name} skipped: slow here (minutes; see --all)");
             continue;
         }
