@@ -590,11 +590,6 @@ impl Shared {
         }
         runs.clear();
         w.runs = runs;
-        self.stats
-            .prefetched_pages
-            .fetch_add(filled as u64, Relaxed);
-        region.stats.fills.fetch_add(filled as u64, Relaxed);
-        region.stats.prefetched.fetch_add(filled as u64, Relaxed);
         filled
     }
 
@@ -717,6 +712,12 @@ impl Shared {
                 continue;
             }
             filled += run.len();
+            // Counted before the pages show resident, so that a thread that
+            // sees them resident sees them counted.
+            let n = run.len() as u64;
+            self.stats.prefetched_pages.fetch_add(n, Relaxed);
+            region.stats.fills.fetch_add(n, Relaxed);
+            region.stats.prefetched.fetch_add(n, Relaxed);
             self.release_run(region, run.clone(), PageState::Clean);
             // Only now: a policy that probes a page still busy and empty
             // drops its entry as stale, and the page would be resident with
