@@ -79,10 +79,11 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
     };
     let mut w = Worker::new();
     let mut msgs = vec![UffdMsg::default(); shared.cfg.max_fault_events];
-    // After the last event a filler keeps polling for `spin` before it
-    // sleeps: a thread that faults again soon (a scan, a random-read loop)
-    // then costs no wake-up of the filler, which on this kind of machine
-    // (about 25 us per cross-CPU wake-up) is most of a miss's cost.
+    // With `spin` set, a filler keeps polling for that long after the last
+    // event before it sleeps (see `Builder::filler_spin`). Without it, the
+    // filler goes back to `epoll_wait` as soon as it has handled what one
+    // read returned: that call returns at once if more events are pending,
+    // and a second, empty `read` per fault would be one system call more.
     let spin = shared.cfg.filler_spin;
     while poller.wait() == Wake::Faults {
         let mut idle_since: Option<Instant> = None;
@@ -110,6 +111,9 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
                     w.thread = m.thread_id();
                     shared.handle_fault(&mut w, addr, flags);
                 }
+            }
+            if spin.is_zero() && n < msgs.len() {
+                break;
             }
         }
     }
