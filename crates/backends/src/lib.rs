@@ -16,6 +16,8 @@
 //! - [`DaxStore`]: byte-addressable memory (a DAX device or file, or any
 //!   file mapped shared): fills copy straight from it, write-back uses
 //!   non-temporal stores.
+//! - `SpdkStore` (cargo feature `spdk`): an SPDK bdev (NVMe, NVMe-oF,
+//!   malloc, aio...) served by a polling thread, many requests in flight.
 //!
 //! # Synchronous and batched stores
 //!
@@ -44,6 +46,8 @@ mod faulty;
 mod file;
 mod memory;
 mod request;
+#[cfg(feature = "spdk")]
+mod spdk;
 mod uring;
 
 pub use counting::{CountingStore, StoreCounts};
@@ -53,6 +57,8 @@ pub use faulty::{FaultTrigger, FaultyStore};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use request::IoRequest;
+#[cfg(feature = "spdk")]
+pub use spdk::{SpdkEnv, SpdkEnvOptions, SpdkError, SpdkStats, SpdkStore};
 pub use uring::{UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS};
 
 /// A backing store for mapped regions.

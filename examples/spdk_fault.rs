@@ -1,0 +1,2 @@
+//! SPDK store benchmark (in progress).
+fn main() {}
