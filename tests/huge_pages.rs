@@ -310,3 +310,109 @@ fn hugetlb_regions_with_and_without_reserved_pages() {
     assert_eq!(store.read_at(0, &mut want).unwrap(), len);
     assert_same(m.as_slice(), &want, "fallback read");
 }
+
+/// Reads every byte of `m` into a vector.
+fn read_all(m: &Mapping) -> Vec<u8> {
+    // SAFETY: the mapping is readable for its length while `m` lives.
+    unsafe { std::slice::from_raw_parts(m.as_ptr(), m.len()) }.to_vec()
+}
+
+/// Maps an 8 MiB file with 64 KiB pages and a 48 MiB file with 2 MiB
+/// pages, reads the small one whole, then scans the large one (more than
+/// the cache holds), checking every byte. Returns the small region's pages
+/// and how many of them were still resident after the scan, with the
+/// runtime's stats then.
+fn scan_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
+    let small_data = random_bytes(8 * MIB, 71);
+    let large_data = random_bytes(48 * MIB, 72);
+    let (_t1, small_file) = common::file_with(&small_data);
+    let (_t2, large_file) = common::file_with(&large_data);
+    let small = map(rt, &small_file, MapOptions::new().page_size(64 << 10));
+    let large = map(rt, &large_file, MapOptions::new().page_size(2 * MIB));
+    assert_same(&read_all(&small), &small_data, "small pages, first read");
+    let pages = small_data.len() / (64 << 10);
+    assert_eq!(small.resident_pages(), pages, "all small pages read");
+    assert_same(&read_all(&large), &large_data, "2 MiB pages, scan");
+    let left = small.resident_pages();
+    let stats = rt.stats();
+    assert_same(&read_all(&small), &small_data, "small pages, read again");
+    (pages, left, stats)
+}
+
+#[test]
+fn huge_page_pool_keeps_scans_from_evicting_small_pages() {
+    // Two pools: 16 MiB for small pages, 8 MiB (4 huge pages) for 2 MiB
+    // pages. FIFO would evict the small pages first (they are oldest) if
+    // they shared a pool with the scan.
+    let rt = Runtime::builder()
+        .cache_bytes(16 * MIB as u64)
+        .huge_cache_bytes(8 * MIB as u64)
+        .eviction(umio::PolicyKind::Fifo)
+        .fillers(2)
+        .build()
+        .unwrap();
+    assert_eq!(rt.huge_cache_bytes(), Some(8 * MIB as u64));
+    let (pages, left, stats) = scan_beside_small_pages(&rt);
+    assert_eq!(left, pages, "the scan evicted small pages: {stats:?}");
+    assert!(
+        stats.evicted_pages >= 20,
+        "48 MiB of 2 MiB pages through an 8 MiB pool evicts: {stats:?}"
+    );
+    assert!(
+        stats.huge_pool_bytes <= 8 * MIB as u64,
+        "the huge pool stays within its bound: {stats:?}"
+    );
+    assert!(
+        stats.resident_bytes >= stats.huge_pool_bytes + 8 * MIB as u64,
+        "resident bytes count both pools: {stats:?}"
+    );
+
+    // The control: one pool of the same 24 MiB. The scan evicts the small
+    // pages (FIFO: oldest first), which is what the huge pool prevents.
+    let rt = Runtime::builder()
+        .cache_bytes(24 * MIB as u64)
+        .eviction(umio::PolicyKind::Fifo)
+        .fillers(2)
+        .build()
+        .unwrap();
+    assert_eq!(rt.huge_cache_bytes(), None);
+    let (pages, left, stats) = scan_beside_small_pages(&rt);
+    assert!(
+        left < pages,
+        "one shared pool: the scan should have evicted small pages ({left} of {pages} left): {stats:?}"
+    );
+    assert_eq!(stats.huge_pool_bytes, 0);
+}
+
+#[test]
+fn huge_page_pool_is_validated() {
+    let e = Runtime::builder()
+        .cache_bytes(16 * MIB as u64)
+        .huge_cache_bytes(6 * MIB as u64)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    // A region of 2 MiB pages must fit four pages in the huge pool, not in
+    // the (smaller) regular one.
+    let rt = Runtime::builder()
+        .cache_bytes(MIB as u64)
+        .page_size(4096)
+        .huge_cache_bytes(8 * MIB as u64)
+        .build()
+        .unwrap();
+    let data = random_bytes(4 * MIB, 73);
+    let (_t, f) = common::file_with(&data);
+    let m = map(&rt, &f, MapOptions::new().page_size(2 * MIB));
+    assert_same(&read_all(&m), &data, "2 MiB pages in the huge pool");
+    let e = rt
+        .map(
+            MapOptions::new()
+                .store(Arc::new(FileStore::new(&f).unwrap()))
+                .page_size(512 << 10),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(_)),
+        "512 KiB pages go to the 1 MiB regular pool: {e:?}"
+    );
+}

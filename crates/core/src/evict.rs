@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use umio_cache::{Observed, PageOracle, PageProbe, PageState};
+use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
 use crate::fault::Worker;
+use crate::huge::HUGE_PAGE_SIZE;
 use crate::region::{Region, RegionTable};
 use crate::runtime::Shared;
 use crate::sys::mm;
@@ -41,18 +42,16 @@ pub(crate) fn evictor_main(shared: Arc<Shared>) {
     let mut w = Worker::new();
     while !shared.is_shutting_down() {
         shared.evict_signal.wait(Duration::from_millis(100));
-        shared.purge_policy_if_bloated();
-        if !shared.budget.above_high() {
-            continue;
-        }
-        while shared.budget.used() > shared.budget.low_water() && !shared.is_shutting_down() {
-            let excess = shared.budget.excess_over_low() / shared.cfg.page_size as u64;
-            let batch = (excess as usize).clamp(16, MAX_BATCH);
-            if shared.evict_batch(&mut w, batch) == 0 {
-                // Everything is busy or gone: let the owners finish.
-                std::thread::sleep(Duration::from_millis(1));
-                break;
-            }
+        shared.purge_policy_if_bloated(&shared.budget, &*shared.policy);
+        shared.evict_to_low_water(
+            &mut w,
+            &shared.budget,
+            &*shared.policy,
+            shared.cfg.page_size,
+        );
+        if let Some(h) = &shared.huge {
+            shared.purge_policy_if_bloated(&h.budget, &*h.policy);
+            shared.evict_to_low_water(&mut w, &h.budget, &*h.policy, HUGE_PAGE_SIZE);
         }
     }
 }
@@ -73,22 +72,50 @@ pub(crate) fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
 }
 
 impl Shared {
-    /// Lets the policy drop stale entries once it tracks more than twice
-    /// the pages the cache can hold.
-    fn purge_policy_if_bloated(&self) {
-        let most_pages = self.budget.limit() / crate::runtime::MIN_PAGE_SIZE as u64;
-        if self.policy.tracked() as u64 > 2 * most_pages.min(self.budget.used() / 4096 + 1024) {
-            let table = self.regions.load();
-            self.policy.purge(&Oracle(&table));
+    /// Once one pool is above its high watermark, evicts within it down to
+    /// its low one. `page_size` sizes the batches.
+    fn evict_to_low_water(
+        &self,
+        w: &mut Worker,
+        budget: &FrameBudget,
+        policy: &dyn EvictionPolicy,
+        page_size: usize,
+    ) {
+        if !budget.above_high() {
+            return;
+        }
+        while budget.used() > budget.low_water() && !self.is_shutting_down() {
+            let excess = budget.excess_over_low() / page_size as u64;
+            let batch = (excess as usize).clamp(16, MAX_BATCH);
+            if self.evict_batch(w, policy, batch) == 0 {
+                // Everything is busy or gone: let the owners finish.
+                std::thread::sleep(Duration::from_millis(1));
+                break;
+            }
         }
     }
 
-    /// Evicts up to `max` pages chosen by the policy. Returns bytes freed.
-    pub(crate) fn evict_batch(&self, w: &mut Worker, max: usize) -> u64 {
+    /// Lets a pool's policy drop stale entries once it tracks more than
+    /// twice the pages the pool can hold.
+    fn purge_policy_if_bloated(&self, budget: &FrameBudget, policy: &dyn EvictionPolicy) {
+        let most_pages = budget.limit() / crate::runtime::MIN_PAGE_SIZE as u64;
+        if policy.tracked() as u64 > 2 * most_pages.min(budget.used() / 4096 + 1024) {
+            let table = self.regions.load();
+            policy.purge(&Oracle(&table));
+        }
+    }
+
+    /// Evicts up to `max` pages chosen by `policy` (one pool's: its
+    /// victims are all of that pool's regions). Returns bytes freed.
+    pub(crate) fn evict_batch(
+        &self,
+        w: &mut Worker,
+        policy: &dyn EvictionPolicy,
+        max: usize,
+    ) -> u64 {
         let table = self.regions.load();
         w.victims.clear();
-        self.policy
-            .select_victims(&Oracle(&table), max, &mut w.victims);
+        policy.select_victims(&Oracle(&table), max, &mut w.victims);
         w.victims.sort_unstable();
         let mut freed = 0;
         let mut victims = std::mem::take(&mut w.victims);
@@ -123,7 +150,7 @@ impl Shared {
                                     | Observed::Busy(PageState::Empty)
                             )
                         {
-                            self.policy.restore(*key);
+                            policy.restore(*key);
                         }
                     }
                 }
@@ -229,7 +256,7 @@ impl Shared {
                 if region.pages.unlock(p, PageState::Dirty) {
                     self.uffd.wake(region.page_addr(p), region.page_size);
                 }
-                self.policy.restore(region.key(p));
+                self.policy_of(region).restore(region.key(p));
             }
             w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
         }
@@ -255,7 +282,7 @@ impl Shared {
                     if region.pages.unlock(p, to) {
                         self.uffd.wake(region.page_addr(p), region.page_size);
                     }
-                    self.policy.restore(region.key(p));
+                    self.policy_of(region).restore(region.key(p));
                 }
                 continue;
             }
@@ -266,7 +293,7 @@ impl Shared {
                 .fetch_add(run.len() as u64, Relaxed);
             region.stats.evictions.fetch_add(run.len() as u64, Relaxed);
         }
-        self.budget.release(freed);
+        self.budget_of(region).release(freed);
         freed
     }
 
@@ -312,7 +339,7 @@ impl Shared {
         );
         let r = mm::advise(addr, len, libc::MADV_DONTNEED);
         self.release_run(region, pages, PageState::Empty);
-        self.budget.release(freed);
+        self.budget_of(region).release(freed);
         r
     }
 }

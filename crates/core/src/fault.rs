@@ -184,7 +184,8 @@ impl Shared {
                     // when done: the miss coalesces with its fill.
                     if region.pages.add_waiter(page) {
                         region.pages.mark_referenced(page);
-                        self.policy.touched(region.key(page), Touch::Coalesced);
+                        self.policy_of(region)
+                            .touched(region.key(page), Touch::Coalesced);
                         self.stats.coalesced.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
                         self.prefetch_after(w, region, page, write, FaultKind::Coalesced);
@@ -224,12 +225,14 @@ impl Shared {
             && self.make_range_writable(region, h, c, page, was)
         {
             region.pages.mark_referenced(page);
-            self.policy.touched(region.key(page), Touch::FirstWrite);
+            self.policy_of(region)
+                .touched(region.key(page), Touch::FirstWrite);
             return;
         }
         let addr = region.page_addr(page);
         region.pages.mark_referenced(page);
-        self.policy.touched(region.key(page), Touch::FirstWrite);
+        self.policy_of(region)
+            .touched(region.key(page), Touch::FirstWrite);
         // DONTWAKE: the writer must not run (and, say, call `flush`) before
         // the page is counted dirty and unlocked.
         let to = match self.uffd.writeprotect(addr, region.page_size, false, true) {
@@ -280,7 +283,7 @@ impl Shared {
             None => match self.read_page(w, region, page) {
                 Some(src) => src,
                 None => {
-                    self.budget.release(ps as u64);
+                    self.budget_of(region).release(ps as u64);
                     self.fail_fill(region, page..page + 1);
                     return;
                 }
@@ -296,7 +299,7 @@ impl Shared {
         let copied = unsafe { self.install(addr, src, ps, wp, true) };
         if let Err(e) = copied {
             log::error!("umio: UFFDIO_COPY failed: errno {e}");
-            self.budget.release(ps as u64);
+            self.budget_of(region).release(ps as u64);
             let _ = region.pages.unlock(page, PageState::Empty);
             self.uffd.wake(addr, ps);
             return;
@@ -319,7 +322,7 @@ impl Shared {
         );
         self.uffd.wake(addr, ps);
         self.trace_woken();
-        self.policy.inserted(region.key(page));
+        self.policy_of(region).inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
     }
 
@@ -464,6 +467,15 @@ impl Shared {
             self.policy.name(),
             self.policy.tracked()
         );
+        if let Some(h) = &self.huge {
+            out.push_str(&format!(
+                " huge-page pool: {} of {} bytes used, policy {} tracks {} entries;",
+                h.budget.used(),
+                h.budget.limit(),
+                h.policy.name(),
+                h.policy.tracked()
+            ));
+        }
         for r in table.all() {
             let (mut clean, mut dirty, mut busy) = (0, 0, 0);
             for p in 0..r.pages.len() {
@@ -497,9 +509,16 @@ impl Shared {
         region: &Region,
     ) -> bool {
         let mut deadline = None;
+        let budget = self.budget_of(region);
         loop {
-            if w.credit.take(&self.budget, bytes, self.cfg.credit_batch) {
-                if self.budget.above_high() {
+            // The huge pool's reservations are 2 MiB or more: no batching.
+            let got = if region.huge_pool {
+                budget.try_reserve(bytes)
+            } else {
+                w.credit.take(budget, bytes, self.cfg.credit_batch)
+            };
+            if got {
+                if budget.above_high() {
                     self.evict_signal.kick();
                 }
                 return true;
@@ -510,7 +529,7 @@ impl Shared {
             self.evict_signal.kick();
             self.stats.direct_reclaims.fetch_add(1, Relaxed);
             let pages = (bytes / self.cfg.page_size as u64).clamp(8, 64) as usize;
-            if self.evict_batch(w, pages) == 0 {
+            if self.evict_batch(w, self.policy_of(region), pages) == 0 {
                 let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
                 if Instant::now() > d {
                     return false;
@@ -542,7 +561,7 @@ impl Shared {
         // its runs' space until they are installed: keep it to a quarter
         // of the cache too, or reserving its last run could wait on space
         // its first runs hold.
-        let quarter = usize::try_from(self.budget.limit() / 4).unwrap_or(usize::MAX);
+        let quarter = usize::try_from(self.budget_of(region).limit() / 4).unwrap_or(usize::MAX);
         let max_run = (MAX_FILL_RUN.min(quarter) / ps).max(1);
         let max_batch = MAX_FILL_BATCH.min(quarter).max(ps);
         let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
@@ -627,7 +646,7 @@ impl Shared {
             .map(|(r, _)| r.len() * ps)
             .sum();
         let fail = |run: &Range<usize>| {
-            self.budget.release((run.len() * ps) as u64);
+            self.budget_of(region).release((run.len() * ps) as u64);
             self.release_run(region, run.clone(), PageState::Empty);
         };
         let buf = match w.buf.get(staged) {
@@ -727,7 +746,7 @@ impl Shared {
             // drops its entry as stale, and the page would be resident with
             // no entry, never evicted.
             for p in run.clone() {
-                self.policy.prefetched(region.key(p));
+                self.policy_of(region).prefetched(region.key(p));
             }
         }
         (filled, all)

@@ -26,7 +26,7 @@ impl Shared {
         let newly: Vec<usize> = pages.clone().filter(|&p| region.pages.pin(p)).collect();
         let bytes = (newly.len() * region.page_size) as u64;
         let before = self.pinned_bytes.fetch_add(bytes, AcqRel);
-        if before + bytes > self.budget.limit() / 2 {
+        if before + bytes > self.total_limit() / 2 {
             self.pinned_bytes.fetch_sub(bytes, AcqRel);
             for &p in &newly {
                 region.pages.unpin(p);
@@ -70,7 +70,7 @@ impl Shared {
                     Observed::Stable(PageState::Clean | PageState::Dirty)
                         | Observed::Busy(PageState::Clean | PageState::Dirty)
                 ) {
-                    self.policy.inserted(region.key(p));
+                    self.policy_of(region).inserted(region.key(p));
                 }
             }
         }
@@ -138,7 +138,8 @@ impl Shared {
             region.pages.retire(p);
         }
         region.add_hole(pages);
-        self.budget.release((resident * region.page_size) as u64);
+        self.budget_of(region)
+            .release((resident * region.page_size) as u64);
         self.pinned_bytes
             .fetch_sub((pinned * region.page_size) as u64, AcqRel);
         if let Err(e) = region.store.sync() {

@@ -49,6 +49,8 @@ pub(crate) struct Region {
     pub stats: RegionCounters,
     /// Backed by hugetlbfs 2 MiB pages.
     pub hugetlb: bool,
+    /// Cached in the runtime's huge-page pool, not the regular one.
+    pub huge_pool: bool,
     /// Promotion state, for regions laid out for transparent huge pages
     /// (2 MiB-aligned, page size dividing 2 MiB).
     pub huge: Option<HugeState>,
@@ -100,6 +102,7 @@ impl Region {
             unmap_lock: Mutex::new(()),
             stats: RegionCounters::default(),
             hugetlb: false,
+            huge_pool: false,
             huge: None,
             store_slots: StoreSlots::default(),
         })

@@ -166,6 +166,7 @@ enum PolicySpec {
 /// Configuration of a [`Runtime`]; see [`Runtime::builder`].
 pub struct Builder {
     cache_bytes: Option<u64>,
+    huge_cache_bytes: Option<u64>,
     page_size: usize,
     fillers: usize,
     evictors: usize,
@@ -184,6 +185,7 @@ impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
             .field("cache_bytes", &self.cache_bytes)
+            .field("huge_cache_bytes", &self.huge_cache_bytes)
             .field("page_size", &self.page_size)
             .field("fillers", &self.fillers)
             .field("evictors", &self.evictors)
@@ -203,6 +205,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             cache_bytes: None,
+            huge_cache_bytes: None,
             page_size: 64 << 10,
             fillers: default_fillers(),
             evictors: 1,
@@ -293,6 +296,23 @@ impl Builder {
         self
     }
 
+    /// A second cache pool of `bytes`, for regions with 2 MiB (or larger)
+    /// pages: hugetlbfs regions and regions mapped with 2 MiB pages (xmap's
+    /// two pools). Their pages are reserved from, and evicted within, this
+    /// pool, by a policy of their own, so that a scan through huge pages
+    /// never evicts the small pages of other regions, nor the reverse.
+    /// `cache_bytes` then bounds the other regions only; the process's
+    /// cache is the sum. The huge pool's policy is the runtime's built-in
+    /// policy (the default one if the runtime's is the application's own),
+    /// and its watermarks are the runtime's. Ranges promoted to
+    /// transparent huge pages stay in their region's pool.
+    ///
+    /// Default: no huge pool; every region shares `cache_bytes`.
+    pub fn huge_cache_bytes(mut self, bytes: u64) -> Self {
+        self.huge_cache_bytes = Some(bytes);
+        self
+    }
+
     /// Default huge-page promotion policy of regions whose page size
     /// divides 2 MiB (see [`MapOptions::promote`]). Default: never.
     pub fn promote(mut self, kind: PromoteKind) -> Self {
@@ -346,7 +366,8 @@ impl Builder {
     }
 
     /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
-    /// `UMIO_PAGE_SIZE` (sizes accept K, M, G suffixes), `UMIO_FILLERS`,
+    /// `UMIO_HUGE_CACHE_BYTES`, `UMIO_PAGE_SIZE` (sizes accept K, M, G
+    /// suffixes), `UMIO_FILLERS`,
     /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
     /// (percent), `UMIO_EVICTION` (`fifo`, `clock`, `lru` or `2q`; see
     /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
@@ -361,6 +382,11 @@ impl Builder {
             self.cache_bytes = Some(
                 parse_size(&v).ok_or(Error::InvalidArgument("UMIO_CACHE_BYTES is not a size"))?,
             );
+        }
+        if let Some(v) = env_var("UMIO_HUGE_CACHE_BYTES") {
+            self.huge_cache_bytes = Some(parse_size(&v).ok_or(Error::InvalidArgument(
+                "UMIO_HUGE_CACHE_BYTES is not a size",
+            ))?);
         }
         if let Some(v) = env_var("UMIO_PAGE_SIZE") {
             self.page_size = parse_size(&v)
@@ -478,6 +504,14 @@ impl Builder {
                 "cache_bytes must hold at least 4 pages",
             ));
         }
+        if self
+            .huge_cache_bytes
+            .is_some_and(|b| b < 4 * HUGE_PAGE_SIZE as u64)
+        {
+            return Err(Error::InvalidArgument(
+                "huge_cache_bytes must hold at least 4 huge pages (8 MiB)",
+            ));
+        }
         let (uffd, user_mode_only) = open_uffd(self.uffd_mode)?;
         if user_mode_only && self.uffd_mode == UffdMode::Auto {
             log::warn!(
@@ -493,10 +527,14 @@ impl Builder {
         let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
         uffd.api(features.bits & wanted)
             .map_err(|e| Error::os("UFFDIO_API", e))?;
-        let policy = match self.policy {
-            PolicySpec::Builtin(k) => k.build(),
-            PolicySpec::Custom(p) => p,
+        let (policy, huge_policy) = match self.policy {
+            PolicySpec::Builtin(k) => (k.build(), k),
+            PolicySpec::Custom(p) => (p, PolicyKind::default()),
         };
+        let huge = self.huge_cache_bytes.map(|bytes| Pool {
+            budget: FrameBudget::new(bytes, self.high_water, self.low_water),
+            policy: huge_policy.build(),
+        });
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
         let shared = Arc::new(Shared {
             cfg: Config {
@@ -515,6 +553,7 @@ impl Builder {
             next_id: AtomicU64::new(1),
             budget: FrameBudget::new(cache_bytes, self.high_water, self.low_water),
             policy,
+            huge,
             evict_signal: Signal::default(),
             prefetch_jobs: Mutex::new(VecDeque::new()),
             prefetch_signal: Condvar::new(),
@@ -663,8 +702,12 @@ pub(crate) struct Shared {
     pub regions: ArcSwap<RegionTable>,
     regions_writer: Mutex<()>,
     next_id: AtomicU64,
+    /// The regular pool's bound and policy (every region's, without a huge
+    /// pool).
     pub budget: FrameBudget,
     pub policy: Box<dyn EvictionPolicy>,
+    /// The huge-page pool ([`Builder::huge_cache_bytes`]).
+    pub huge: Option<Pool>,
     pub evict_signal: Signal,
     pub prefetch_jobs: Mutex<VecDeque<PrefetchJob>>,
     pub prefetch_signal: Condvar,
@@ -678,9 +721,38 @@ pub(crate) struct Shared {
     pub trace: Option<Box<Tracer>>,
 }
 
+/// A cache pool: a bound on bytes and the policy that evicts within it.
+pub(crate) struct Pool {
+    pub budget: FrameBudget,
+    pub policy: Box<dyn EvictionPolicy>,
+}
+
 impl Shared {
     pub fn is_shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// The bound of `region`'s pool.
+    #[inline]
+    pub fn budget_of(&self, region: &Region) -> &FrameBudget {
+        match &self.huge {
+            Some(h) if region.huge_pool => &h.budget,
+            _ => &self.budget,
+        }
+    }
+
+    /// The eviction policy of `region`'s pool.
+    #[inline]
+    pub fn policy_of(&self, region: &Region) -> &dyn EvictionPolicy {
+        match &self.huge {
+            Some(h) if region.huge_pool => &*h.policy,
+            _ => &*self.policy,
+        }
+    }
+
+    /// Both pools' bounds together.
+    pub fn total_limit(&self) -> u64 {
+        self.budget.limit() + self.huge.as_ref().map_or(0, |h| h.budget.limit())
     }
 
     fn map(&self, store: Arc<dyn Store>, opts: &MapOptions) -> Result<Arc<Region>> {
@@ -710,7 +782,12 @@ impl Shared {
             }
         }
         validate_page_size(page_size)?;
-        if 4 * page_size as u64 > self.budget.limit() {
+        let huge_pool = self.huge.is_some() && page_size >= HUGE_PAGE_SIZE;
+        let pool_limit = match &self.huge {
+            Some(h) if huge_pool => h.budget.limit(),
+            _ => self.budget.limit(),
+        };
+        if 4 * page_size as u64 > pool_limit {
             return Err(Error::InvalidArgument(
                 "page size larger than a quarter of the cache",
             ));
@@ -842,6 +919,7 @@ impl Shared {
             return Err(Error::os("allocating the page table", libc::ENOMEM));
         };
         region.hugetlb = hugetlb;
+        region.huge_pool = huge_pool;
         if promotable && base.is_multiple_of(HUGE_PAGE_SIZE) {
             region.huge = Some(HugeState::new(region.pages.len(), page_size, promoter));
         }
@@ -878,17 +956,22 @@ impl Shared {
             let unmapped = mm::unmap(addr, len);
             assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
         }
-        self.budget.release((resident * region.page_size) as u64);
+        self.budget_of(region)
+            .release((resident * region.page_size) as u64);
         self.pinned_bytes
             .fetch_sub((pinned * region.page_size) as u64, Ordering::AcqRel);
-        self.policy.forget_region(region.id);
+        self.policy_of(region).forget_region(region.id);
         result?;
         unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats
-            .snapshot(self.budget.used(), self.regions.load().len() as u64)
+        let huge = self.huge.as_ref().map_or(0, |h| h.budget.used());
+        self.stats.snapshot(
+            self.budget.used() + huge,
+            huge,
+            self.regions.load().len() as u64,
+        )
     }
 }
 
@@ -1008,9 +1091,16 @@ impl Runtime {
         self.inner.shared.stats()
     }
 
-    /// The cache bound in bytes.
+    /// The cache bound in bytes (of the regular pool, when there is a
+    /// huge-page pool).
     pub fn cache_bytes(&self) -> u64 {
         self.inner.shared.budget.limit()
+    }
+
+    /// The huge-page pool's bound in bytes, if the runtime has one
+    /// ([`Builder::huge_cache_bytes`]).
+    pub fn huge_cache_bytes(&self) -> Option<u64> {
+        self.inner.shared.huge.as_ref().map(|h| h.budget.limit())
     }
 
     /// The default page size of new regions.

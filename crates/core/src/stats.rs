@@ -18,13 +18,17 @@ macro_rules! counters {
             /// up to 1 MiB) each filler keeps so that most misses touch no
             /// shared counter.
             pub resident_bytes: u64,
+            /// Of `resident_bytes`, those of the huge-page pool
+            /// ([`Builder::huge_cache_bytes`](crate::Builder::huge_cache_bytes));
+            /// 0 without one.
+            pub huge_pool_bytes: u64,
             /// Regions mapped now.
             pub regions: u64,
         }
 
         impl Counters {
-            pub(crate) fn snapshot(&self, resident_bytes: u64, regions: u64) -> Stats {
-                Stats { $($name: self.$name.load(Relaxed),)* resident_bytes, regions }
+            pub(crate) fn snapshot(&self, resident_bytes: u64, huge_pool_bytes: u64, regions: u64) -> Stats {
+                Stats { $($name: self.$name.load(Relaxed),)* resident_bytes, huge_pool_bytes, regions }
             }
         }
     };
