@@ -367,7 +367,7 @@ fn bad_input_gets_typed_errors() {
         ro.write_at(0, &[0u8; 4096]),
         Err(StoreError::new(StoreOp::Write, 0, libc::EBADF))
     );
-    assert_same(&contents(&*s), &data, "after refused writes");
+    assert_same(&contents(s), &data, "after refused writes");
 
     match SpdkStore::open(env(), "NoSuchBdev", false) {
         Err(SpdkError::Open { name, errno }) => {
