@@ -156,7 +156,7 @@ fn run(faults: usize) -> Result<()> {
         tsc_hz / 1e9,
         faults,
         umio::default_fillers(),
-        if env_uses_hugepages(SPDK_MIB) {
+        if env.hugepages() {
             "on hugepages"
         } else {
             "without hugepages (--no-huge)"
@@ -243,20 +243,6 @@ fn pin_to(cpus: std::ops::Range<usize>) -> Result<()> {
         return Err(format!("sched_setaffinity: {}", std::io::Error::last_os_error()).into());
     }
     Ok(())
-}
-
-/// Whether SPDK got hugepages (as `SpdkEnvOptions` decides by default).
-fn env_uses_hugepages(mib: u32) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/meminfo") else {
-        return false;
-    };
-    let field = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|r| r.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    field("HugePages_Free:") * field("Hugepagesize:") >= u64::from(mib) * 1024
 }
 
 /// `faults` cold faults on a fresh mapping of `store`, with umio's trace

@@ -118,6 +118,7 @@ impl From<SpdkError> for std::io::Error {
 #[derive(Clone, Debug)]
 pub struct SpdkEnvOptions {
     pub(crate) no_huge: Option<bool>,
+    pub(crate) pci: bool,
     pub(crate) mem_mib: u32,
     pub(crate) core: Option<u32>,
     pub(crate) config: Option<Config>,
@@ -136,6 +137,7 @@ impl Default for SpdkEnvOptions {
     fn default() -> Self {
         SpdkEnvOptions {
             no_huge: None,
+            pci: false,
             mem_mib: 256,
             core: None,
             config: None,
@@ -161,6 +163,15 @@ impl SpdkEnvOptions {
     /// through VFIO needs hugepages.
     pub fn no_huge(mut self, no_huge: bool) -> Self {
         self.no_huge = Some(no_huge);
+        self
+    }
+
+    /// Whether DPDK probes PCI devices (default no: malloc, aio and
+    /// NVMe-oF bdevs need none). A local NVMe device needs it, with
+    /// hugepages and the device bound to `vfio-pci` or `uio`; untested
+    /// here, for want of a device.
+    pub fn pci(mut self, pci: bool) -> Self {
+        self.pci = pci;
         self
     }
 
@@ -327,6 +338,11 @@ impl SpdkEnv {
     pub fn set_park_after(&self, after: Option<Duration>) {
         self.shared.park_after_ns.store(park_ns(after), Relaxed);
         self.shared.wake();
+    }
+
+    /// Whether DPDK runs on hugepages (or on ordinary memory, `--no-huge`).
+    pub fn hugepages(&self) -> bool {
+        self.shared.hugepages
     }
 
     /// The most requests that were in flight at once so far.

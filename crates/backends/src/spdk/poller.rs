@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     poller: Thread,
     pub slots: usize,
+    /// Whether DPDK runs on hugepages (not `--no-huge`).
+    pub hugepages: bool,
     pub max_in_flight: AtomicU64,
     /// The CPU the polling thread is pinned to (-1 until known).
     poller_cpu: AtomicI32,
@@ -320,6 +322,7 @@ pub(crate) fn spawn(
                 stopped: AtomicBool::new(false),
                 poller: std::thread::current(),
                 slots: opts.slots,
+                hugepages: !no_huge,
                 max_in_flight: AtomicU64::new(0),
                 park_after_ns: AtomicU64::new(super::park_ns(opts.park_after)),
                 poller_cpu: AtomicI32::new(-1),
@@ -383,7 +386,7 @@ impl Poller {
         unsafe { sys::spdk_env_opts_init(&mut env) };
         env.name = name.as_ptr();
         env.core_mask = mask.as_ptr();
-        env.no_pci = true;
+        env.no_pci = !o.pci;
         env.no_huge = no_huge;
         env.mem_size = o.mem_mib as c_int;
         // SAFETY: `env` and the strings it points to outlive the call;
