@@ -122,12 +122,15 @@ fn run(faults: usize) -> Result<()> {
             phases: Vec::new(),
         })
         .collect();
+    // Each fault's store read, per row.
+    let mut reads: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     let per_round = faults.div_ceil(ROUNDS);
     for round in 1..=ROUNDS {
         eprintln!("faults, round {round} of {ROUNDS}");
-        for ((_, store, poll), acc) in rows.iter().zip(measured.iter_mut()) {
+        for (((_, store, poll), acc), rd) in rows.iter().zip(&mut measured).zip(&mut reads) {
             set_polling(env, *poll);
-            let r = fault_row(store, data.len, per_round)?;
+            let (r, read) = fault_row(store, data.len, per_round)?;
+            rd.extend(read);
             acc.cycles.extend(r.cycles);
             if acc.phases.is_empty() {
                 acc.phases = r.phases.iter().map(|&(k, _)| (k, 0.0)).collect();
@@ -139,6 +142,9 @@ fn run(faults: usize) -> Result<()> {
     }
     for r in &mut measured {
         r.cycles.sort_by(f64::total_cmp);
+    }
+    for rd in &mut reads {
+        rd.sort_by(f64::total_cmp);
     }
 
     eprintln!("store reads at queue depth 1");
@@ -173,24 +179,20 @@ fn run(faults: usize) -> Result<()> {
         }
     );
     println!(
-        "| store | fault median us | mean us | p90 us | store read (mean us) | rest of the fault (mean us) |"
+        "| store | fault: median us | p90 us | mean us | store read in the fault: median us | mean us | \
+         rest of the fault (median fault - median read) us |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
-    for r in &measured {
-        let read = r
-            .phases
-            .iter()
-            .find(|p| p.0.starts_with("store read"))
-            .map_or(0.0, |p| p.1);
-        let total: f64 = r.phases.iter().map(|p| p.1).sum();
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (r, rd) in measured.iter().zip(&reads) {
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             r.name,
             us(r.median()),
-            us(r.mean()),
             us(quantile(&r.cycles, 0.9)),
-            us(read),
-            us(total - read)
+            us(r.mean()),
+            us(quantile(rd, 0.5)),
+            us(mean(rd)),
+            us(r.median() - quantile(rd, 0.5))
         );
     }
     println!(
@@ -246,8 +248,8 @@ fn pin_to(cpus: std::ops::Range<usize>) -> Result<()> {
 }
 
 /// `faults` cold faults on a fresh mapping of `store`, with umio's trace
-/// of each.
-fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<PathRow> {
+/// of each; and the cycles of each fault's store read.
+fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<(PathRow, Vec<f64>)> {
     let rt = Runtime::builder()
         .cache_bytes(len as u64 + (16 << 20))
         .page_size(PAGE)
@@ -268,6 +270,7 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<PathRo
     ];
     let mut sums = [0f64; 8];
     let mut cycles = Vec::with_capacity(faults);
+    let mut reads = Vec::with_capacity(faults);
     let mut seq = rt.last_fault_trace().map_or(0, |t| t.seq);
     for i in 0..faults + WARMUP {
         let t0 = rdtsc();
@@ -288,6 +291,7 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<PathRo
             continue;
         }
         cycles.push((t1 - t0) as f64);
+        reads.push(tr.store_read.wrapping_sub(tr.reserved) as f64);
         let stamps = [
             t0,
             tr.read_begin,
@@ -304,11 +308,12 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<PathRo
         }
     }
     let n = faults as f64;
-    Ok(PathRow {
+    let row = PathRow {
         name: String::new(),
         cycles,
         phases: names.iter().zip(sums).map(|(&k, s)| (k, s / n)).collect(),
-    })
+    };
+    Ok((row, reads))
 }
 
 /// Cycles of `n` 4 KiB reads at queue depth 1, one per 64 KiB, sorted.
