@@ -262,10 +262,26 @@ impl Shared {
         }
         w.pages.clear();
         w.pages.extend(w.locked.iter().map(|&(p, _)| p));
+        // One system call (and one TLB flush) for the whole batch where the
+        // kernel can; what it did not discard goes one run at a time.
+        let ranges: Vec<libc::iovec> = runs(&w.pages)
+            .map(|run| libc::iovec {
+                iov_base: region.page_addr(run.start) as *mut libc::c_void,
+                iov_len: run.len() * region.page_size,
+            })
+            .collect();
+        let discarded = mm::discard_many(&ranges);
+        let mut offset = 0;
         let mut freed = 0u64;
         for run in runs(&w.pages) {
             let (addr, len) = (region.page_addr(run.start), run.len() * region.page_size);
-            if let Err(e) = mm::advise(addr, len, libc::MADV_DONTNEED) {
+            offset += len;
+            let result = if offset <= discarded {
+                Ok(())
+            } else {
+                mm::advise(addr, len, libc::MADV_DONTNEED)
+            };
+            if let Err(e) = result {
                 log::error!("umio: MADV_DONTNEED failed: errno {e}");
                 // Still resident: give the pages back as they were.
                 for p in run {
