@@ -401,3 +401,80 @@ fn bad_input_gets_typed_errors() {
         SpdkError::InvalidOption("staging slots must be 1 to 4096")
     );
 }
+
+/// The suite's reads, writes and batches over NVMe-over-TCP: SPDK's NVMe
+/// driver (queue pairs polled for completions, as with a local device)
+/// against a namespace of an SPDK `nvmf_tgt`. Ignored by default: it needs
+/// that target, given as `UMIO_SPDK_NVMF=traddr:trsvcid:subnqn`, for
+/// example `127.0.0.1:4420:nqn.2016-06.io.spdk:cnode1`, and overwrites
+/// the namespace.
+#[test]
+#[ignore = "needs an NVMe-oF/TCP target in UMIO_SPDK_NVMF"]
+fn nvme_over_tcp_namespace() {
+    let target = std::env::var("UMIO_SPDK_NVMF")
+        .expect("UMIO_SPDK_NVMF=traddr:trsvcid:subnqn names the NVMe-oF/TCP target");
+    let mut parts = target.splitn(3, ':');
+    let (addr, port, nqn) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(a), Some(p), Some(n)) => (a, p, n),
+        _ => panic!("UMIO_SPDK_NVMF={target:?}: want traddr:trsvcid:subnqn"),
+    };
+    env()
+        .load_config_json(&format!(
+            r#"{{"subsystems": [{{"subsystem": "bdev", "config": [{{"method": "bdev_nvme_attach_controller",
+            "params": {{"name": "Tcp0", "trtype": "TCP", "adrfam": "IPv4", "traddr": "{addr}",
+            "trsvcid": "{port}", "subnqn": "{nqn}"}}}}]}}]}}"#
+        ))
+        .unwrap();
+    let store = Arc::new(SpdkStore::open(env(), "Tcp0n1", true).unwrap());
+    let len = store.len().unwrap() as usize;
+    assert!(
+        len >= 8 << 20,
+        "namespace of {len} bytes: want 8 MiB or more"
+    );
+    let data = random_bytes(len, 21);
+    for (i, chunk) in data.chunks(4 << 20).enumerate() {
+        store.write_at((i << 22) as u64, chunk).unwrap();
+    }
+    assert_same(&contents(&*store), &data, "namespace as written");
+
+    // Reads through a mapping, a cache of 1 MiB, two threads.
+    let rt = runtime(1 << 20, 4096, 2);
+    let mut m = map(&rt, store.clone(), true);
+    std::thread::scope(|sc| {
+        for t in 0..2u64 {
+            let (data, s) = (&data, m.as_slice());
+            sc.spawn(move || {
+                let mut rng = Rng::new(t + 30);
+                for _ in 0..300 {
+                    let a = rng.below(data.len());
+                    let b = (a + 1 + rng.below(100_000)).min(data.len());
+                    assert_same(&s[a..b], &data[a..b], "nvme/tcp read");
+                }
+            });
+        }
+    });
+    assert!(m.stats().evictions > 0, "nothing was evicted");
+
+    // Prefetch in one batch, many requests in flight.
+    let ranges: Vec<_> = (0..32).map(|i| i * 131072..i * 131072 + 8192).collect();
+    m.prefetch_ranges(&ranges).unwrap();
+    eventually("nvme/tcp prefetch", Duration::from_millis(5), || {
+        ranges.iter().all(|r| m.is_resident(r.start))
+    });
+    assert!(store.stats().largest_batch >= 8, "{:?}", store.stats());
+
+    // Writes through eviction and flush reach the namespace.
+    let mut model = data.clone();
+    let mut rng = Rng::new(31);
+    for _ in 0..200 {
+        let a = rng.below(len);
+        let b = (a + 1 + rng.below(50_000)).min(len);
+        let v = rng.next() as u8;
+        m.as_mut_slice()[a..b].fill(v);
+        model[a..b].fill(v);
+    }
+    m.flush().unwrap();
+    assert_eq!(m.dirty_pages(), 0);
+    assert_same(&contents(&*store), &model, "nvme/tcp after flush");
+    m.unmap().unwrap();
+}
