@@ -16,6 +16,8 @@
 //! - [`DaxStore`]: byte-addressable memory (a DAX device or file, or any
 //!   file mapped shared): fills copy straight from it, write-back uses
 //!   non-temporal stores.
+//! - `RadosStore` (cargo feature `rados`): a set of Ceph RADOS objects
+//!   through librados, with many asynchronous requests in flight.
 //! - `SpdkStore` (cargo feature `spdk`): an SPDK bdev (NVMe, NVMe-oF,
 //!   malloc, aio...) served by a polling thread, many requests in flight.
 //!
@@ -45,6 +47,8 @@ mod error;
 mod faulty;
 mod file;
 mod memory;
+#[cfg(feature = "rados")]
+mod rados;
 mod request;
 #[cfg(feature = "spdk")]
 mod spdk;
@@ -56,6 +60,8 @@ pub use error::{StoreError, StoreOp};
 pub use faulty::{FaultTrigger, FaultyStore};
 pub use file::FileStore;
 pub use memory::MemoryStore;
+#[cfg(feature = "rados")]
+pub use rados::{RadosError, RadosOptions, RadosStats, RadosStore};
 pub use request::IoRequest;
 #[cfg(feature = "spdk")]
 pub use spdk::{SpdkEnv, SpdkEnvOptions, SpdkError, SpdkStats, SpdkStore};
