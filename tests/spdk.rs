@@ -385,6 +385,12 @@ fn bad_input_gets_typed_errors() {
         env().load_config_json(bad),
         Err(SpdkError::Config { .. })
     ));
+    for junk in ["", "not json", r#"{"subsystems": 3}"#] {
+        assert!(
+            matches!(env().load_config_json(junk), Err(SpdkError::Config { .. })),
+            "{junk:?}"
+        );
+    }
     assert!(matches!(
         env().load_config_file("/nonexistent/spdk.json"),
         Err(SpdkError::ConfigRead {

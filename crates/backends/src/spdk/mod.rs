@@ -3,7 +3,7 @@
 //!
 //! SPDK runs on one dedicated polling thread per process, started by
 //! [`SpdkEnv::start`]: it initialises SPDK's environment (DPDK, without
-//! PCI unless a configuration attaches NVMe devices, with hugepages or
+//! PCI unless [`SpdkEnvOptions::pci`] asks for it, with hugepages or
 //! `--no-huge` memory), SPDK's thread library and subsystems, loads a JSON
 //! configuration (the `subsystems` file `spdk_tgt --json` takes) that
 //! creates the bdevs, and then polls: it takes batches from stores, issues
