@@ -416,3 +416,86 @@ fn huge_page_pool_is_validated() {
         "512 KiB pages go to the 1 MiB regular pool: {e:?}"
     );
 }
+
+/// Promotes the 2 MiB ranges of a 32 MiB region one after another (a
+/// fault on each range's first page, then waiting for its promotion),
+/// beside an 8 MiB region of 64 KiB pages read first. Returns how many of
+/// the small region's pages were still resident at the end, of how many,
+/// with the runtime's stats.
+fn promote_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
+    let small_data = random_bytes(8 * MIB, 81);
+    let large_data = random_bytes(32 * MIB, 82);
+    let (_t1, small_file) = common::file_with(&small_data);
+    let (_t2, large_file) = common::file_with(&large_data);
+    let small = map(rt, &small_file, MapOptions::new().page_size(64 << 10));
+    let large = map(
+        rt,
+        &large_file,
+        MapOptions::new()
+            .page_size(4096)
+            .promote(PromoteKind::Always),
+    );
+    assert_same(&read_all(&small), &small_data, "small pages, first read");
+    let pages = small_data.len() / (64 << 10);
+    assert_eq!(small.resident_pages(), pages, "all small pages read");
+    let s = large.as_slice();
+    for chunk in 0..16 {
+        let at = chunk * 2 * MIB;
+        let done = rt.stats().promotions_done;
+        assert_eq!(s[at], large_data[at]);
+        wait("the range's promotion", || {
+            let st = rt.stats();
+            st.promotions_done > done || st.promotions_refused > 0
+        });
+        let st = rt.stats();
+        assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
+        assert_same(
+            &s[at..at + 2 * MIB],
+            &large_data[at..at + 2 * MIB],
+            &format!("promoted range {chunk}"),
+        );
+    }
+    let left = small.resident_pages();
+    let st = rt.stats();
+    assert!(large.promoted_ranges() > 0, "{st:?}");
+    (pages, left, st)
+}
+
+#[test]
+fn promoted_ranges_move_to_the_huge_page_pool() {
+    // The regular pool holds the small region and little more; the huge
+    // pool four huge pages. Each promoted range moves its 2 MiB to the
+    // huge pool, whose policy evicts older promoted ranges whole.
+    let rt = Runtime::builder()
+        .cache_bytes(12 * MIB as u64)
+        .huge_cache_bytes(8 * MIB as u64)
+        .eviction(umio::PolicyKind::Fifo)
+        .fillers(2)
+        .build()
+        .unwrap();
+    let (pages, left, st) = promote_beside_small_pages(&rt);
+    assert_eq!(left, pages, "promotions evicted small pages: {st:?}");
+    assert!(st.promotions_done >= 16, "{st:?}");
+    assert!(
+        st.huge_pool_bytes > 0 && st.huge_pool_bytes <= 8 * MIB as u64,
+        "promoted ranges are charged to the huge pool, within its bound: {st:?}"
+    );
+    assert!(
+        st.evicted_pages >= 4 * 512,
+        "older promoted ranges were evicted from the huge pool: {st:?}"
+    );
+
+    // The control: without a huge pool, promoted ranges stay in the one
+    // pool and push the small pages out (FIFO: oldest first).
+    let rt = Runtime::builder()
+        .cache_bytes(20 * MIB as u64)
+        .eviction(umio::PolicyKind::Fifo)
+        .fillers(2)
+        .build()
+        .unwrap();
+    let (pages, left, st) = promote_beside_small_pages(&rt);
+    assert!(
+        left < pages,
+        "one pool: promotions should have evicted small pages ({left} of {pages} left): {st:?}"
+    );
+}

@@ -48,6 +48,14 @@ impl FrameBudget {
         }
     }
 
+    /// Counts `bytes` as reserved even past the limit: for bytes already
+    /// resident that move into this budget from another one (the caller
+    /// evicts down to the limit afterwards).
+    #[inline]
+    pub fn charge(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
+    }
+
     /// Returns `bytes` to the budget.
     #[inline]
     pub fn release(&self, bytes: u64) {

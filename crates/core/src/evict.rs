@@ -21,14 +21,29 @@ use crate::sys::mm;
 /// Most victims taken per batch (Aquila evicts 512 at a time).
 const MAX_BATCH: usize = 512;
 
-struct Oracle<'a>(&'a RegionTable);
+/// Answers a pool's policy about its pages. A page that belongs to the
+/// other pool (a range promoted into the huge-page pool, or demoted out of
+/// it) reads as gone, so each policy drops what is not its pool's.
+struct Oracle<'a> {
+    table: &'a RegionTable,
+    /// Whether the asking policy is the huge-page pool's.
+    huge_pool: bool,
+}
 
 impl PageOracle for Oracle<'_> {
     fn probe(&self, key: umio_cache::PageKey, clear_referenced: bool) -> Option<PageProbe> {
-        let r = self.0.get(key.region)?;
+        let r = self.table.get(key.region)?;
         let i = usize::try_from(key.index)
             .ok()
             .filter(|&i| i < r.pages.len())?;
+        let pooled = r
+            .huge
+            .as_ref()
+            .and_then(|h| h.chunk_of(i).filter(|&c| h.is_pooled(c)))
+            .is_some();
+        if (r.huge_pool || pooled) != self.huge_pool {
+            return None;
+        }
         let referenced = clear_referenced && r.pages.take_referenced(i);
         Some(PageProbe {
             state: r.pages.get(i),
@@ -42,7 +57,7 @@ pub(crate) fn evictor_main(shared: Arc<Shared>) {
     let mut w = Worker::new();
     while !shared.is_shutting_down() {
         shared.evict_signal.wait(Duration::from_millis(100));
-        shared.purge_policy_if_bloated(&shared.budget, &*shared.policy);
+        shared.purge_policy_if_bloated(&shared.budget, &*shared.policy, false);
         shared.evict_to_low_water(
             &mut w,
             &shared.budget,
@@ -50,7 +65,7 @@ pub(crate) fn evictor_main(shared: Arc<Shared>) {
             shared.cfg.page_size,
         );
         if let Some(h) = &shared.huge {
-            shared.purge_policy_if_bloated(&h.budget, &*h.policy);
+            shared.purge_policy_if_bloated(&h.budget, &*h.policy, true);
             shared.evict_to_low_water(&mut w, &h.budget, &*h.policy, HUGE_PAGE_SIZE);
         }
     }
@@ -97,11 +112,19 @@ impl Shared {
 
     /// Lets a pool's policy drop stale entries once it tracks more than
     /// twice the pages the pool can hold.
-    fn purge_policy_if_bloated(&self, budget: &FrameBudget, policy: &dyn EvictionPolicy) {
+    fn purge_policy_if_bloated(
+        &self,
+        budget: &FrameBudget,
+        policy: &dyn EvictionPolicy,
+        huge_pool: bool,
+    ) {
         let most_pages = budget.limit() / crate::runtime::MIN_PAGE_SIZE as u64;
         if policy.tracked() as u64 > 2 * most_pages.min(budget.used() / 4096 + 1024) {
             let table = self.regions.load();
-            policy.purge(&Oracle(&table));
+            policy.purge(&Oracle {
+                table: &table,
+                huge_pool,
+            });
         }
     }
 
@@ -115,7 +138,15 @@ impl Shared {
     ) -> u64 {
         let table = self.regions.load();
         w.victims.clear();
-        policy.select_victims(&Oracle(&table), max, &mut w.victims);
+        let huge_pool = self
+            .huge
+            .as_ref()
+            .is_some_and(|h| std::ptr::addr_eq(&*h.policy, policy));
+        let oracle = Oracle {
+            table: &table,
+            huge_pool,
+        };
+        policy.select_victims(&oracle, max, &mut w.victims);
         w.victims.sort_unstable();
         let mut freed = 0;
         let mut victims = std::mem::take(&mut w.victims);
@@ -155,10 +186,11 @@ impl Shared {
                     }
                 }
             }
-            if let Some(h) = &region.huge {
-                self.widen_to_promoted(w, region, h);
-            }
-            freed += self.evict_locked(w, region);
+            let pooled = match &region.huge {
+                Some(h) => self.widen_to_promoted(w, region, h),
+                None => Vec::new(),
+            };
+            freed += self.evict_locked(w, region, &pooled);
         }
         victims.clear();
         w.victims = victims;
@@ -170,16 +202,28 @@ impl Shared {
     /// `MADV_DONTNEED` instead of splitting it (its dirty pages are one
     /// write-back run). Pages of the range another thread holds stay; the
     /// range is then split back to small pages (counted as a demotion).
-    /// Keeps `w.locked` sorted.
-    fn widen_to_promoted(&self, w: &mut Worker, region: &Region, h: &crate::huge::HugeState) {
+    /// Keeps `w.locked` sorted. Returns the page ranges of the ranges that
+    /// were charged to the huge-page pool: their charge is settled by
+    /// [`evict_locked`](Self::evict_locked), not moved back first (which
+    /// would swell the region's pool, and make its evictor take other
+    /// pages, for as long as the eviction takes).
+    fn widen_to_promoted(
+        &self,
+        w: &mut Worker,
+        region: &Region,
+        h: &crate::huge::HugeState,
+    ) -> Vec<Range<usize>> {
         let mut added: Vec<(usize, PageState)> = Vec::new();
+        let mut pooled = Vec::new();
         let n = w.locked.len();
         for i in 0..n {
             let Some(c) = h.chunk_of(w.locked[i].0) else {
                 continue;
             };
-            if !h.demote(c) {
-                continue;
+            match h.take_promoted(c) {
+                None => continue,
+                Some(true) => pooled.push(h.pages_of(c)),
+                Some(false) => {}
             }
             let mut whole = true;
             for q in h.pages_of(c) {
@@ -208,11 +252,15 @@ impl Shared {
             w.locked.extend(added);
             w.locked.sort_unstable_by_key(|x| x.0);
         }
+        pooled
     }
 
     /// Evicts the pages in `w.locked` (sorted, held busy): writes back the
     /// dirty ones, drops them all. Pages whose write-back fails stay dirty.
-    fn evict_locked(&self, w: &mut Worker, region: &Region) -> u64 {
+    /// `pooled`: page ranges, just demoted, whose 2 MiB each are charged to
+    /// the huge-page pool: that charge is released, and what of them stays
+    /// resident is charged to the region's pool instead.
+    fn evict_locked(&self, w: &mut Worker, region: &Region, pooled: &[Range<usize>]) -> u64 {
         w.pages.clear();
         w.pages.extend(
             w.locked
@@ -273,6 +321,7 @@ impl Shared {
         let discarded = mm::discard_many(&ranges);
         let mut offset = 0;
         let mut freed = 0u64;
+        let mut freed_pooled = 0u64;
         for run in runs(&w.pages) {
             let (addr, len) = (region.page_addr(run.start), run.len() * region.page_size);
             offset += len;
@@ -304,12 +353,38 @@ impl Shared {
             }
             self.release_run(region, run.clone(), PageState::Empty);
             freed += len as u64;
+            for r in pooled {
+                let both = run.start.max(r.start)..run.end.min(r.end);
+                freed_pooled += (both.len() * region.page_size) as u64;
+            }
             self.stats
                 .evicted_pages
                 .fetch_add(run.len() as u64, Relaxed);
             region.stats.evictions.fetch_add(run.len() as u64, Relaxed);
         }
-        self.budget_of(region).release(freed);
+        let budget = self.budget_of(region);
+        budget.release(freed - freed_pooled);
+        if let (false, Some(pool)) = (pooled.is_empty(), &self.huge) {
+            let charged: u64 = pooled
+                .iter()
+                .map(|r| (r.len() * region.page_size) as u64)
+                .sum();
+            // Pages of those ranges still resident (held by another
+            // thread, or their write-back failed) are the region's pool's
+            // now, and its policy's.
+            budget.charge(charged - freed_pooled);
+            pool.budget.release(charged);
+            let policy = self.policy_of(region);
+            for p in pooled.iter().flat_map(|r| r.clone()) {
+                if matches!(
+                    region.pages.get(p),
+                    Observed::Stable(PageState::Clean | PageState::Dirty)
+                        | Observed::Busy(PageState::Clean | PageState::Dirty)
+                ) {
+                    policy.inserted(region.key(p));
+                }
+            }
+        }
         freed
     }
 
@@ -323,7 +398,7 @@ impl Shared {
             let cp = h.chunk_pages;
             for c in pages.start / cp..=(pages.end - 1) / cp {
                 if h.chunk_of(c * cp).is_some() {
-                    h.demote(c);
+                    self.demote(region, h, c);
                 }
             }
         }

@@ -152,7 +152,7 @@ pub(crate) fn prefetch_main(shared: Arc<Shared>) {
             }
         } else if let (Some(chunk), Some(h)) = (job.promote, &job.region.huge) {
             // Being unmapped: give the claim back.
-            h.demote(chunk);
+            h.abandon(chunk);
         }
         w.credit.release_all(&shared.budget);
     }

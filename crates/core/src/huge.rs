@@ -142,6 +142,9 @@ impl Promoter for PromoteSequential {
 const NORMAL: u8 = 0;
 const PROMOTING: u8 = 1;
 const PROMOTED: u8 = 2;
+/// Promoted, and its 2 MiB charged to the runtime's huge-page pool
+/// instead of its region's pool (`Builder::huge_cache_bytes`).
+const POOLED: u8 = 3;
 
 /// Why a promotion failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,15 +194,33 @@ impl HugeState {
     }
 
     pub fn is_promoted(&self, chunk: usize) -> bool {
-        self.chunks[chunk].load(Acquire) == PROMOTED
+        matches!(self.chunks[chunk].load(Acquire), PROMOTED | POOLED)
+    }
+
+    /// Whether the range is promoted and charged to the huge-page pool.
+    pub fn is_pooled(&self, chunk: usize) -> bool {
+        self.chunks[chunk].load(Acquire) == POOLED
     }
 
     /// Marks a promoted range ordinary again (a page of it was evicted, or
-    /// dirtied alone); true if it was promoted.
-    pub fn demote(&self, chunk: usize) -> bool {
-        self.chunks[chunk]
-            .compare_exchange(PROMOTED, NORMAL, AcqRel, Relaxed)
-            .is_ok()
+    /// dirtied alone): `None` if it was not promoted, else whether it was
+    /// charged to the huge-page pool. Use [`Shared::demote`], which moves
+    /// the charge back.
+    pub(crate) fn take_promoted(&self, chunk: usize) -> Option<bool> {
+        let c = &self.chunks[chunk];
+        let mut now = c.load(Acquire);
+        while matches!(now, PROMOTED | POOLED) {
+            match c.compare_exchange(now, NORMAL, AcqRel, Acquire) {
+                Ok(was) => return Some(was == POOLED),
+                Err(x) => now = x,
+            }
+        }
+        None
+    }
+
+    /// Gives back a claim of a range never promoted.
+    pub fn abandon(&self, chunk: usize) {
+        let _ = self.chunks[chunk].compare_exchange(PROMOTING, NORMAL, AcqRel, Relaxed);
     }
 
     /// Claims a range for promotion; false if one is under way or done.
@@ -209,16 +230,21 @@ impl HugeState {
             .is_ok()
     }
 
-    fn end(&self, chunk: usize, promoted: bool) {
-        self.chunks[chunk].store(if promoted { PROMOTED } else { NORMAL }, Release);
+    fn end(&self, chunk: usize, state: u8) {
+        self.chunks[chunk].store(state, Release);
     }
 
     /// Ranges promoted now.
     pub fn promoted(&self) -> usize {
         self.chunks
             .iter()
-            .filter(|c| c.load(Relaxed) == PROMOTED)
+            .filter(|c| matches!(c.load(Relaxed), PROMOTED | POOLED))
             .count()
+    }
+
+    /// The indices of every promotable range.
+    pub fn chunks(&self) -> Range<usize> {
+        0..self.chunks.len()
     }
 
     /// Records `Advice::Huge` (true) or `Advice::NoHuge` over `pages`.
@@ -268,7 +294,7 @@ impl Shared {
             return;
         }
         let Some(region) = self.regions.load().get(region.id).cloned() else {
-            h.end(chunk, false);
+            h.end(chunk, NORMAL);
             return;
         };
         self.queue_promotion(region, chunk);
@@ -291,9 +317,9 @@ impl Shared {
         self.stats.promotions.fetch_add(1, Relaxed);
         let result = self.promote_locked(w, region, h, chunk);
         match result {
+            // Marked promoted by `promote_locked`, pages still locked.
             Ok(()) => {
                 self.stats.promotions_done.fetch_add(1, Relaxed);
-                h.end(chunk, true);
             }
             Err(f) => {
                 match f {
@@ -306,7 +332,7 @@ impl Shared {
                     }
                 };
                 log::debug!("umio: promotion of range {chunk} failed: {f:?}");
-                h.end(chunk, false);
+                h.end(chunk, NORMAL);
             }
         }
     }
@@ -381,8 +407,63 @@ impl Shared {
         // 4. The collapse: the kernel copies the 512 small pages into one
         // huge page and maps it with one PMD.
         let r = mm::advise(addr, HUGE_PAGE_SIZE, MADV_COLLAPSE);
+        // 5. Marked promoted while every page is still locked, so nothing
+        // can evict a page of it before it counts as promoted: whatever
+        // takes a page out of a promoted range demotes it first.
+        if r.is_ok() {
+            let pooled = self.charge_to_huge_pool(w, region, pages.start);
+            h.end(chunk, if pooled { POOLED } else { PROMOTED });
+            if pooled {
+                self.budget_of(region).release(HUGE_PAGE_SIZE as u64);
+            }
+        }
         unlock_all(&locked, to);
         r.map_err(PromoteFailure::Collapse)
+    }
+
+    /// Moves a just-promoted range (its pages locked) into the huge-page
+    /// pool, if the runtime has one and the region is not in it already:
+    /// reserves 2 MiB there (evicting other huge pages if needed) and hands
+    /// the range to the pool's policy under the key of its first page. The
+    /// caller then marks the range pooled and releases the 2 MiB from the
+    /// region's pool. False if there is no pool or no room in it.
+    fn charge_to_huge_pool(&self, w: &mut Worker, region: &Region, first: usize) -> bool {
+        let Some(pool) = self.huge.as_ref().filter(|_| !region.huge_pool) else {
+            return false;
+        };
+        for _ in 0..4 {
+            if pool.budget.try_reserve(HUGE_PAGE_SIZE as u64) {
+                pool.policy.inserted(region.key(first));
+                return true;
+            }
+            if self.evict_batch(w, &*pool.policy, 4) == 0 {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Marks a promoted range ordinary again; true if it was promoted. A
+    /// range charged to the huge-page pool moves its 2 MiB back to its
+    /// region's pool (all its pages are resident: every path that takes a
+    /// page out of a promoted range demotes it first) and its pages back
+    /// to that pool's policy.
+    pub(crate) fn demote(&self, region: &Region, h: &HugeState, chunk: usize) -> bool {
+        match h.take_promoted(chunk) {
+            None => false,
+            Some(false) => true,
+            Some(true) => {
+                self.budget_of(region).charge(HUGE_PAGE_SIZE as u64);
+                if let Some(pool) = &self.huge {
+                    pool.budget.release(HUGE_PAGE_SIZE as u64);
+                }
+                let policy = self.policy_of(region);
+                for p in h.pages_of(chunk) {
+                    policy.inserted(region.key(p));
+                }
+                true
+            }
+        }
     }
 
     /// A first write to a page of a promoted range: un-protects and dirties
@@ -416,7 +497,7 @@ impl Shared {
                             self.uffd.wake(region.page_addr(q), region.page_size);
                         }
                     }
-                    h.demote(chunk);
+                    self.demote(region, h, chunk);
                     return false;
                 }
             }
@@ -432,7 +513,7 @@ impl Shared {
                     self.uffd.wake(region.page_addr(q), region.page_size);
                 }
             }
-            h.demote(chunk);
+            self.demote(region, h, chunk);
             return false;
         }
         let clean = locked
@@ -504,9 +585,16 @@ mod tests {
         );
         assert!(h.begin(1));
         assert!(!h.begin(1), "a second promotion of one range coalesces");
-        h.end(1, true);
+        h.end(1, PROMOTED);
         assert!(h.is_promoted(1) && !h.begin(1));
-        assert!(h.demote(1) && !h.demote(1));
+        assert_eq!(h.take_promoted(1), Some(false));
+        assert_eq!(h.take_promoted(1), None);
+        h.end(1, POOLED);
+        assert!(h.is_promoted(1) && h.is_pooled(1));
+        assert_eq!(h.take_promoted(1), Some(true));
+        assert!(!h.is_promoted(1) && h.begin(1));
+        h.abandon(1);
+        assert!(h.begin(1), "an abandoned claim can be taken again");
         h.set_advice(0..1024, true);
         h.set_advice(512..600, false);
         assert_eq!(h.advice_for(10), Some(true));

@@ -296,16 +296,19 @@ impl Builder {
         self
     }
 
-    /// A second cache pool of `bytes`, for regions with 2 MiB (or larger)
-    /// pages: hugetlbfs regions and regions mapped with 2 MiB pages (xmap's
-    /// two pools). Their pages are reserved from, and evicted within, this
-    /// pool, by a policy of their own, so that a scan through huge pages
-    /// never evicts the small pages of other regions, nor the reverse.
-    /// `cache_bytes` then bounds the other regions only; the process's
-    /// cache is the sum. The huge pool's policy is the runtime's built-in
-    /// policy (the default one if the runtime's is the application's own),
-    /// and its watermarks are the runtime's. Ranges promoted to
-    /// transparent huge pages stay in their region's pool.
+    /// A second cache pool of `bytes` for huge pages (xmap's two pools):
+    /// regions with 2 MiB (or larger) pages (hugetlbfs regions, regions
+    /// mapped with 2 MiB pages) and 2 MiB ranges promoted to transparent
+    /// huge pages ([`MapOptions::promote`](crate::MapOptions::promote)).
+    /// Huge pages are reserved from, and evicted within, this pool, by a
+    /// policy of their own, so that a scan through huge pages never evicts
+    /// the small pages of other regions, nor the reverse. A promoted range
+    /// moves its 2 MiB into this pool when it is promoted (evicting older
+    /// huge pages if needed; if it cannot, it stays in its region's pool)
+    /// and back when it is split. `cache_bytes` then bounds the small
+    /// pages; the process's cache is the sum. The huge pool's policy is the
+    /// runtime's built-in policy (the default one if the runtime's is the
+    /// application's own), and its watermarks are the runtime's.
     ///
     /// Default: no huge pool; every region shares `cache_bytes`.
     pub fn huge_cache_bytes(mut self, bytes: u64) -> Self {
@@ -942,6 +945,13 @@ impl Shared {
             self.regions
                 .store(Arc::new(self.regions.load().without(region.id)));
         }
+        // Ranges charged to the huge-page pool come back to the region's
+        // pool, which then releases every resident page.
+        if let Some(h) = &region.huge {
+            for c in h.chunks() {
+                self.demote(region, h, c);
+            }
+        }
         let resident = region.pages.count_resident();
         let pinned = region.pages.count_pinned();
         // Unregistering wakes any thread still blocked on the range. Pages
@@ -961,6 +971,9 @@ impl Shared {
         self.pinned_bytes
             .fetch_sub((pinned * region.page_size) as u64, Ordering::AcqRel);
         self.policy_of(region).forget_region(region.id);
+        if let Some(pool) = &self.huge {
+            pool.policy.forget_region(region.id);
+        }
         result?;
         unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))
     }
