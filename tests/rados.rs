@@ -41,6 +41,18 @@ struct Cluster {
 impl Cluster {
     /// Starts a cluster, or says why it cannot and returns `None`.
     fn start(objectstore: &str) -> Option<Cluster> {
+        match Self::try_start(objectstore) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                eprintln!("SKIPPED: {why}");
+                None
+            }
+        }
+    }
+
+    /// Starts a cluster; `Err` says which program is missing (failing to
+    /// start one with everything installed panics).
+    fn try_start(objectstore: &str) -> Result<Cluster, String> {
         for daemon in ["ceph-mon", "ceph-osd", "monmaptool", "rados"] {
             let found = Command::new("sh")
                 .args(["-c", &format!("command -v {daemon}")])
@@ -48,12 +60,11 @@ impl Cluster {
                 .status()
                 .is_ok_and(|s| s.success());
             if !found {
-                eprintln!(
-                    "SKIPPED: {daemon} is not installed; the RADOS tests run a cluster with \
+                return Err(format!(
+                    "{daemon} is not installed; the RADOS tests run a cluster with \
                      {SCRIPT}, which needs `apt-get install -y --no-install-recommends \
                      ceph-mon ceph-osd librados-dev`"
-                );
-                return None;
+                ));
             }
         }
         let dir = tempfile::Builder::new()
@@ -85,13 +96,20 @@ impl Cluster {
             dir.display(),
             runner.try_wait()
         );
-        Some(Cluster { dir, runner, conf })
+        Ok(Cluster { dir, runner, conf })
     }
 
-    /// The memstore cluster the integrity tests share.
+    /// The memstore cluster the integrity tests share (started by the
+    /// first test to ask), or `None` after saying why there is none.
     fn shared() -> Option<&'static Cluster> {
-        static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
-        SHARED.get_or_init(|| Cluster::start("memstore")).as_ref()
+        static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+        match SHARED.get_or_init(|| Cluster::try_start("memstore")) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                eprintln!("SKIPPED: {why}");
+                None
+            }
+        }
     }
 
     fn script(&self, cmd: &str) {
