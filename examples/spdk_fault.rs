@@ -23,9 +23,9 @@ mod fault_path;
 
 use std::fs::File;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bench::{Data, MIB, PAGE, Result, mean, quantile, rdtsc, word};
+use bench::{Data, MIB, PAGE, Result, mean, quantile, rdtsc};
 use fault_path::{PathRow, STRIDE};
 use umio::backends::{FileStore, SpdkEnv, SpdkEnvOptions, SpdkStore, UringOptions, UringStore};
 use umio::{MapOptions, PrefetchKind, Runtime, Store};
@@ -257,63 +257,7 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<(PathR
         .trace_faults(true)
         .build()?;
     let map = rt.map(MapOptions::new().len(len).store(store.clone()))?;
-    let base = map.as_ptr();
-    let names = [
-        "trap + delivery to the filler",
-        "event read",
-        "region + page lookup",
-        "cache reservation",
-        "store read",
-        "install (UFFDIO_COPY)",
-        "state update + UFFDIO_WAKE",
-        "wake-up until the thread resumes",
-    ];
-    let mut sums = [0f64; 8];
-    let mut cycles = Vec::with_capacity(faults);
-    let mut reads = Vec::with_capacity(faults);
-    let mut seq = rt.last_fault_trace().map_or(0, |t| t.seq);
-    for i in 0..faults + WARMUP {
-        let t0 = rdtsc();
-        let v = word(base, i * STRIDE);
-        let t1 = rdtsc();
-        std::hint::black_box(v);
-        // The filler publishes its trace just after the wake-up.
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let tr = loop {
-            match rt.last_fault_trace() {
-                Some(t) if t.seq > seq => break t,
-                _ if Instant::now() > deadline => return Err("no fault trace from umio".into()),
-                _ => std::hint::spin_loop(),
-            }
-        };
-        seq = tr.seq;
-        if i < WARMUP {
-            continue;
-        }
-        cycles.push((t1 - t0) as f64);
-        reads.push(tr.store_read.wrapping_sub(tr.reserved) as f64);
-        let stamps = [
-            t0,
-            tr.read_begin,
-            tr.read_end,
-            tr.filling,
-            tr.reserved,
-            tr.store_read,
-            tr.installed,
-            tr.woken,
-            t1,
-        ];
-        for k in 0..8 {
-            sums[k] += stamps[k + 1] as f64 - stamps[k] as f64;
-        }
-    }
-    let n = faults as f64;
-    let row = PathRow {
-        name: String::new(),
-        cycles,
-        phases: names.iter().zip(sums).map(|(&k, s)| (k, s / n)).collect(),
-    };
-    Ok((row, reads))
+    fault_path::traced_faults(&rt, map.as_ptr(), faults, "store read")
 }
 
 /// Cycles of `n` 4 KiB reads at queue depth 1, one per 64 KiB, sorted.

@@ -247,28 +247,45 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     } else {
         rt.map_file(&File::open(data.shm.path())?, opts)?
     };
-    let base = map.as_ptr();
-    let mut cycles = Vec::with_capacity(faults);
+    let store_read = if setup == Setup::Mapped {
+        "(no store read: copy from the mapping)"
+    } else {
+        "store read (pread)"
+    };
+    let (mut row, _) = traced_faults(&rt, map.as_ptr(), faults, store_read)?;
+    row.name = name.into();
+    row.cycles = sorted(row.cycles);
+    Ok(row)
+}
+
+/// Touches one 4 KiB page in each [`STRIDE`] of the umio mapping at `base`
+/// (`faults` timed faults after a warm-up), each timed with the time stamp
+/// counter and broken into phases by umio's trace (`rt` built with
+/// `trace_faults`). Returns the row (no name; cycles in fault order) and
+/// each fault's store-read cycles; `store_read` names that phase.
+pub fn traced_faults(
+    rt: &Runtime,
+    base: *const u8,
+    faults: usize,
+    store_read: &'static str,
+) -> Result<(PathRow, Vec<f64>)> {
     let names = [
         "trap + delivery to the filler",
         "event read",
         "region + page lookup",
         "cache reservation",
-        if setup == Setup::Mapped {
-            "(no store read: copy from the mapping)"
-        } else {
-            "store read (pread)"
-        },
+        store_read,
         "install (UFFDIO_COPY)",
         "state update + UFFDIO_WAKE",
         "wake-up until the thread resumes",
     ];
     let mut sums = [0f64; 8];
+    let mut cycles = Vec::with_capacity(faults);
+    let mut reads = Vec::with_capacity(faults);
     let mut seq = rt.last_fault_trace().map_or(0, |t| t.seq);
     for i in 0..faults + WARMUP {
-        let off = i * STRIDE;
         let t0 = rdtsc();
-        let v = word(base, off);
+        let v = word(base, i * STRIDE);
         let t1 = rdtsc();
         std::hint::black_box(v);
         // The filler publishes its trace just after the wake-up.
@@ -285,6 +302,7 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
             continue;
         }
         cycles.push((t1 - t0) as f64);
+        reads.push(tr.store_read.wrapping_sub(tr.reserved) as f64);
         let stamps = [
             t0,
             tr.read_begin,
@@ -301,11 +319,12 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
         }
     }
     let n = faults as f64;
-    Ok(PathRow {
-        name: name.into(),
-        cycles: sorted(cycles),
+    let row = PathRow {
+        name: String::new(),
+        cycles,
         phases: names.iter().zip(sums).map(|(&k, s)| (k, s / n)).collect(),
-    })
+    };
+    Ok((row, reads))
 }
 
 fn kernel_row(file: &File, faults: usize, major: bool, name: &str) -> Result<PathRow> {
