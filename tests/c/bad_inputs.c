@@ -257,6 +257,7 @@ static int set_page_size_1000(void) { return umio_config_set_page_size(1000); }
 static int set_page_size_0(void) { return umio_config_set_page_size(0); }
 static int set_page_size_2g(void) { return umio_config_set_page_size((size_t)2 << 30); }
 static int set_cache_bytes_0(void) { return umio_config_set_cache_bytes(0); }
+static int set_huge_cache_bytes_4m(void) { return umio_config_set_huge_cache_bytes(4 << 20); }
 static int set_fillers_0(void) { return umio_config_set_fillers(0); }
 static int set_fillers_257(void) { return umio_config_set_fillers(257); }
 static int set_evictors_65(void) { return umio_config_set_evictors(65); }
@@ -281,6 +282,7 @@ static const struct {
     {"umio_config_set_page_size: 0", set_page_size_0, EINVAL},
     {"umio_config_set_page_size: 2 GiB", set_page_size_2g, EINVAL},
     {"umio_config_set_cache_bytes: 0", set_cache_bytes_0, EINVAL},
+    {"umio_config_set_huge_cache_bytes: 4 MiB", set_huge_cache_bytes_4m, EINVAL},
     {"umio_config_set_fillers: 0", set_fillers_0, EINVAL},
     {"umio_config_set_fillers: 257", set_fillers_257, EINVAL},
     {"umio_config_set_evictors: 65", set_evictors_65, EINVAL},

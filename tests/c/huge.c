@@ -1,7 +1,8 @@
-/* Huge pages from C: a promotion policy written in C is asked after faults
-   and the ranges it picks become huge pages (AnonHugePages grows); the
-   built-in policies by name; hugetlbfs options, with the pool empty, fail
-   with ENOMEM or fall back as asked; bad values fail with EINVAL. */
+/* Huge pages from C: a separate cache pool for huge pages; a promotion
+   policy written in C is asked after faults and the ranges it picks
+   become huge pages (AnonHugePages grows); the built-in policies by name;
+   hugetlbfs options, with the pool empty, fail with ENOMEM or fall back
+   as asked; bad values fail with EINVAL. */
 #include <stdatomic.h>
 #include <sys/mman.h>
 
@@ -46,6 +47,12 @@ static long free_huge_pages(void) {
 
 int main(void) {
   CHECK(umio_config_set_cache_bytes(64 << 20) == 0);
+  /* A separate pool for huge pages: at least four of them. */
+  errno = 0;
+  CHECK(umio_config_set_huge_cache_bytes(2 << 20) == -1 && errno == EINVAL);
+  CHECK(umio_config_set_huge_cache_bytes(16 << 20) == 0);
+  struct umio_config cfg;
+  CHECK(umio_config_get(&cfg) == 0 && cfg.huge_cache_bytes == 16 << 20);
   char path[4096];
   int fd = make_file(path, LEN, O_RDWR);
 
@@ -67,6 +74,28 @@ int main(void) {
   for (size_t i = 0; i < LEN; i += 511) CHECK(p[i] == pattern(i));
   CHECK(umio_unmap(p, LEN) == 0);
   CHECK(atomic_load(&released) == 1);
+
+  /* 2 MiB pages live in the huge-page pool: a file three times that pool
+     reads back whole, and the pool stays within its bound. */
+  {
+    size_t big = 48 << 20;
+    char big_path[4096];
+    int big_fd = make_file(big_path, big, O_RDONLY);
+    struct umio_map_options two = {0};
+    two.page_size = 2 << 20;
+    two.prefetch = "none";
+    unsigned char *q = umio_map(NULL, big, PROT_READ, MAP_SHARED, big_fd, 0, &two);
+    CHECK(q != MAP_FAILED);
+    for (size_t i = 0; i < big; i += 4096) CHECK(q[i] == pattern(i));
+    struct umio_stats st;
+    CHECK(umio_stats(q, &st) == 0);
+    /* 24 huge pages through a pool of 8: at least 16 evicted (the 64 MiB
+       regular pool alone would have held them all). */
+    CHECK(st.evictions >= 16);
+    CHECK(umio_unmap(q, big) == 0);
+    close(big_fd);
+    unlink(big_path);
+  }
 
   struct umio_map_options named = {0};
   named.page_size = 4096;

@@ -319,6 +319,9 @@ struct umio_config {
   int running;
   // Fault events a filler reads with one `read(2)`.
   uint32_t max_fault_events;
+  // Bound on the bytes of huge pages, kept apart from `cache_bytes`
+  // (`umio_config_set_huge_cache_bytes`); 0: no separate pool.
+  uint64_t huge_cache_bytes;
 };
 
 // A page: `index` (page number within its mapping, from 0) of the
@@ -547,6 +550,18 @@ int umio_config_set_page_size(size_t bytes);
 // # Safety
 // None.
 int umio_config_set_cache_bytes(uint64_t bytes);
+
+// A separate pool of `bytes` for huge pages (xmap's two pools): regions
+// of 2 MiB pages (hugetlbfs ones among them) and 2 MiB ranges promoted
+// to transparent huge pages are cached and evicted within it, so scans
+// through huge pages never evict small pages, nor the reverse;
+// `cache_bytes` then bounds the small pages. At least 8 MiB (four huge
+// pages), or 0 for no separate pool (the default;
+// `UMIO_HUGE_CACHE_BYTES`, in bytes).
+//
+// # Safety
+// None.
+int umio_config_set_huge_cache_bytes(uint64_t bytes);
 
 // Threads serving page faults: 1 to 256 (default: CPUs, 1 to 4;
 // `UMAP_PAGE_FILLERS`).

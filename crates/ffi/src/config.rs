@@ -73,6 +73,7 @@ impl Eviction {
 pub(crate) struct Overrides {
     pub page_size: Option<usize>,
     pub cache_bytes: Option<u64>,
+    pub huge_cache_bytes: Option<u64>,
     pub fillers: Option<usize>,
     pub evictors: Option<usize>,
     pub watermarks: Option<(u8, u8)>,
@@ -87,6 +88,8 @@ pub(crate) struct Overrides {
 pub(crate) struct Settings {
     pub page_size: usize,
     pub cache_bytes: u64,
+    /// The huge-page pool's bound (`UMIO_HUGE_CACHE_BYTES`); 0: none.
+    pub huge_cache_bytes: u64,
     pub fillers: usize,
     pub evictors: usize,
     pub high_water: u8,
@@ -102,7 +105,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     fn builder(&self) -> umio_core::Builder {
-        let builder = Runtime::builder()
+        let mut builder = Runtime::builder()
             .page_size(self.page_size)
             .cache_bytes(self.cache_bytes)
             .fillers(self.fillers)
@@ -111,6 +114,9 @@ impl Settings {
             .prefetch(prefetch_kind(self.read_ahead))
             .max_fault_events(self.max_fault_events as usize)
             .uffd_mode(self.uffd_mode);
+        if self.huge_cache_bytes > 0 {
+            builder = builder.huge_cache_bytes(self.huge_cache_bytes);
+        }
         match &self.eviction {
             Eviction::Builtin(kind) => builder.eviction(*kind),
             Eviction::Custom(policy) => builder.eviction_policy(Box::new(policy.clone())),
@@ -198,6 +204,14 @@ fn env_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno
     }
 }
 
+/// A huge-page pool holds at least four huge pages; 0 means none.
+pub(crate) fn check_huge_cache_bytes(bytes: u64) -> Result<u64, Errno> {
+    if bytes != 0 && bytes < 4 * umio_core::HUGE_PAGE_SIZE as u64 {
+        return Err(Errno(libc::EINVAL));
+    }
+    Ok(bytes)
+}
+
 fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     let small = |n: u64| usize::try_from(n).map_err(|_| Errno(libc::EINVAL));
     let page_size = match o.page_size {
@@ -216,6 +230,10 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         None => umio_core::default_cache_bytes(),
         Some(CacheSize::Bytes(b)) => b,
         Some(CacheSize::Pages(n)) => n.checked_mul(page_size as u64).ok_or(Errno(libc::EINVAL))?,
+    };
+    let huge_cache_bytes = match o.huge_cache_bytes {
+        Some(b) => b,
+        None => check_huge_cache_bytes(env_number(env, "UMIO_HUGE_CACHE_BYTES")?.unwrap_or(0))?,
     };
     let fillers = match o.fillers {
         Some(n) => n,
@@ -277,6 +295,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     Ok(Settings {
         page_size,
         cache_bytes,
+        huge_cache_bytes,
         fillers,
         evictors,
         high_water,
@@ -298,6 +317,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
     overrides: Overrides {
         page_size: None,
         cache_bytes: None,
+        huge_cache_bytes: None,
         fillers: None,
         evictors: None,
         watermarks: None,
@@ -402,6 +422,7 @@ mod tests {
         assert_eq!(s.log_level, None);
         assert_eq!(s.cache_bytes, umio_core::default_cache_bytes());
         assert_eq!(s.uffd_mode, UffdMode::Auto);
+        assert_eq!(s.huge_cache_bytes, 0, "no huge-page pool by default");
     }
 
     #[test]
@@ -418,6 +439,7 @@ mod tests {
             ("UMAP_LOG_LEVEL", "info"),
             ("UMIO_EVICTION", "fifo"),
             ("UMIO_UFFD_MODE", "FULL"),
+            ("UMIO_HUGE_CACHE_BYTES", "16777216"),
         ]);
         let s = resolve(&env, &Overrides::default()).unwrap();
         assert_eq!(s.page_size, 16384);
@@ -429,6 +451,7 @@ mod tests {
         assert_eq!(s.log_level, Some(LevelFilter::Info));
         assert_eq!(s.eviction, Eviction::Builtin(PolicyKind::Fifo));
         assert_eq!(s.uffd_mode, UffdMode::Full);
+        assert_eq!(s.huge_cache_bytes, 16 << 20);
     }
 
     #[test]
@@ -485,6 +508,8 @@ mod tests {
             ("UMAP_PAGE_FILLERS", "two"),
             ("UMAP_PAGE_EVICTORS", "1.5"),
             ("UMAP_READ_AHEAD", "-4"),
+            ("UMIO_HUGE_CACHE_BYTES", "4194304"),
+            ("UMIO_HUGE_CACHE_BYTES", "8M"),
         ] {
             let r = resolve(&vars(&[(k, v)]), &Overrides::default());
             assert_eq!(r, Err(Errno(libc::EINVAL)), "{k}={v}");

@@ -147,6 +147,9 @@ pub struct umio_config {
     pub running: c_int,
     /// Fault events a filler reads with one `read(2)`.
     pub max_fault_events: u32,
+    /// Bound on the bytes of huge pages, kept apart from `cache_bytes`
+    /// (`umio_config_set_huge_cache_bytes`); 0: no separate pool.
+    pub huge_cache_bytes: u64,
 }
 
 /// A NUL-terminated name, or `None` for NULL or `""`.
@@ -467,6 +470,7 @@ pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
             eviction: eviction.as_ptr(),
             running: running.into(),
             max_fault_events: s.max_fault_events.try_into().unwrap_or(u32::MAX),
+            huge_cache_bytes: s.huge_cache_bytes,
         };
         // SAFETY: checked non-null and aligned; the caller promised it is
         // writable.
@@ -505,6 +509,25 @@ pub unsafe extern "C" fn umio_config_set_cache_bytes(bytes: u64) -> c_int {
             return Err(Errno(libc::EINVAL));
         }
         config::set(|o| o.cache_bytes = Some(bytes))?;
+        Ok(0)
+    })
+}
+
+/// A separate pool of `bytes` for huge pages (xmap's two pools): regions
+/// of 2 MiB pages (hugetlbfs ones among them) and 2 MiB ranges promoted
+/// to transparent huge pages are cached and evicted within it, so scans
+/// through huge pages never evict small pages, nor the reverse;
+/// `cache_bytes` then bounds the small pages. At least 8 MiB (four huge
+/// pages), or 0 for no separate pool (the default;
+/// `UMIO_HUGE_CACHE_BYTES`, in bytes).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_huge_cache_bytes(bytes: u64) -> c_int {
+    ffi_boundary!(-1, {
+        let bytes = config::check_huge_cache_bytes(bytes)?;
+        config::set(|o| o.huge_cache_bytes = Some(bytes))?;
         Ok(0)
     })
 }
