@@ -7,7 +7,9 @@
 //! pages are not charged to a cgroup).
 //!
 //! For each: page faults taken (umio: fault events; mmap: minor + major
-//! faults from `getrusage`), bytes per store read, and throughput.
+//! faults from `getrusage`), bytes per store read, and throughput. Then
+//! one cache pool against two (xmap's: `Builder::huge_cache_bytes`): how
+//! many pages of a hot set of small pages scans through huge pages evict.
 //!
 //! ```text
 //! cargo run --release --example huge -- [--size MiB] [--cache MiB] [--ops N]
@@ -344,7 +346,94 @@ fn main() -> Result<()> {
             return Err(format!("checksums differ: {sums:?}").into());
         }
     }
+    two_pools(&p, &file)?;
     drop(ext4);
     drop(fs);
+    Ok(())
+}
+
+/// One pool or two (`Builder::huge_cache_bytes`), with the same memory:
+/// a hot set of 4 KiB pages (40% of the cache) is read whole, then each
+/// round scans the whole file through 2 MiB pages and reads random pages
+/// of the hot set. With one pool the scans evict the hot set; with two,
+/// the small pages keep half the cache and the scans the other half.
+fn two_pools(p: &Params, file: &File) -> Result<()> {
+    let hot_len = (p.cache * 2 / 5) & !(2 * MIB - 1);
+    let rounds = 4;
+    let reads = 20_000;
+    println!();
+    println!(
+        "Two pools: a {} MiB hot set of 4 KiB pages, then {rounds} rounds of a {} MiB scan \
+         through 2 MiB pages and {reads} random reads of the hot set; {} MiB of cache in all",
+        hot_len / MIB,
+        p.size / MIB,
+        p.cache / MIB
+    );
+    println!();
+    println!("| configuration | hot-set misses per round | hot reads/s | scan ms per round |");
+    println!("|---|---|---|---|");
+    for split in [false, true] {
+        let mut b = Runtime::builder().fillers(2);
+        b = if split {
+            b.cache_bytes((p.cache / 2) as u64)
+                .huge_cache_bytes((p.cache / 2) as u64)
+        } else {
+            b.cache_bytes(p.cache as u64)
+        };
+        let rt = b.build()?;
+        let store = Arc::new(FileStore::new(file)?);
+        let hot = rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .len(hot_len)
+                .page_size(4096)
+                .prefetch(PrefetchKind::None),
+        )?;
+        let scanned = rt.map(
+            MapOptions::new()
+                .store(store)
+                .page_size(2 * MIB)
+                .prefetch(PrefetchKind::None),
+        )?;
+        std::hint::black_box(scan(hot.as_ptr(), hot.len()));
+        let (mut misses, mut hot_time, mut scan_time) = (0u64, Duration::ZERO, Duration::ZERO);
+        let mut x = 11u64;
+        for _ in 0..rounds {
+            let t = Instant::now();
+            std::hint::black_box(scan(scanned.as_ptr(), scanned.len()));
+            scan_time += t.elapsed();
+            let before = hot.stats().fills;
+            let t = Instant::now();
+            let mut sum = 0u64;
+            for _ in 0..reads {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let page = (x >> 33) as usize % (hot_len / 4096);
+                // SAFETY: page * 4096 < hot_len, within the mapping.
+                sum = sum.wrapping_add(unsafe {
+                    hot.as_ptr().add(page * 4096).cast::<u64>().read_volatile()
+                });
+            }
+            std::hint::black_box(sum);
+            hot_time += t.elapsed();
+            misses += hot.stats().fills - before;
+        }
+        println!(
+            "| {} | {} | {:.0} | {:.1} |",
+            if split {
+                format!(
+                    "two pools: {} MiB small pages + {} MiB huge pages",
+                    p.cache / 2 / MIB,
+                    p.cache / 2 / MIB
+                )
+            } else {
+                format!("one pool of {} MiB", p.cache / MIB)
+            },
+            misses / rounds as u64,
+            (reads * rounds) as f64 / hot_time.as_secs_f64(),
+            scan_time.as_secs_f64() * 1e3 / rounds as f64
+        );
+    }
     Ok(())
 }
