@@ -501,7 +501,10 @@ fn second_runtime_reads_the_first_ones_flushed_writes() {
     }
     m1.flush().unwrap();
     let rt2 = runtime(512 << 10, 64 << 10, 2);
-    let other = Arc::new(RadosStore::open(&cluster.options(&prefix)).unwrap());
+    // Another client name, too (the test cluster has no cephx: any name
+    // is let in).
+    let other =
+        Arc::new(RadosStore::open(&cluster.options(&prefix).client("umio-second")).unwrap());
     let mut m2 = map(&rt2, &other, true);
     assert_same(m2.as_slice(), &model, "second runtime");
     m2.as_mut_slice()[..4096].fill(0x33);

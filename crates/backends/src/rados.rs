@@ -68,6 +68,7 @@ const META_INDEX: u64 = u64::MAX;
 #[derive(Clone, Debug)]
 pub struct RadosOptions {
     conf: Option<PathBuf>,
+    client: Option<String>,
     pool: String,
     prefix: String,
     object_size: u64,
@@ -85,6 +86,7 @@ impl RadosOptions {
     pub fn new(pool: impl Into<String>, prefix: impl Into<String>) -> Self {
         RadosOptions {
             conf: None,
+            client: None,
             pool: pool.into(),
             prefix: prefix.into(),
             object_size: DEFAULT_OBJECT_SIZE,
@@ -142,8 +144,16 @@ impl RadosOptions {
         self
     }
 
+    /// The client's id: `client.<id>` is the name the cluster
+    /// authenticates (its key comes from the `keyring` the ceph.conf
+    /// names). Default `admin`.
+    pub fn client(mut self, id: impl Into<String>) -> Self {
+        self.client = Some(id.into());
+        self
+    }
+
     /// Sets any other librados option (`rados_conf_set`) after the
-    /// ceph.conf is read, for example `("client_id", ..)`-like settings or
+    /// ceph.conf is read, for example `("keyring", "/path/keyring")` or
     /// `("ms_crc_data", "false")`.
     pub fn set(mut self, option: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.push((option.into(), value.into()));
@@ -312,7 +322,8 @@ fn check_options(o: &RadosOptions) -> Result<(), RadosError> {
     if o.pool.is_empty() || o.pool.contains('\0') {
         return bad("the pool name");
     }
-    if o.object_size == 0 || !o.object_size.is_multiple_of(4096) || o.object_size > MAX_OBJECT_SIZE {
+    if o.object_size == 0 || !o.object_size.is_multiple_of(4096) || o.object_size > MAX_OBJECT_SIZE
+    {
         return bad("the object size (a multiple of 4 KiB up to 64 MiB)");
     }
     if o.queue_depth == 0 || o.queue_depth > MAX_QUEUE_DEPTH {
@@ -338,8 +349,12 @@ fn connect(o: &RadosOptions) -> Result<IoCtx, RadosError> {
         || "the default ceph.conf".to_string(),
         |p| p.display().to_string(),
     );
-    let mut cluster =
-        Cluster::create().map_err(|e| RadosError::new("create", "a cluster handle", e))?;
+    let client = match &o.client {
+        Some(id) => Some(cstring(id, "the client id")?),
+        None => None,
+    };
+    let mut cluster = Cluster::create(client.as_deref())
+        .map_err(|e| RadosError::new("create", "a cluster handle", e))?;
     let conf = match &o.conf {
         Some(p) => Some(
             CString::new(p.as_os_str().as_bytes())
@@ -874,6 +889,7 @@ mod tests {
             RadosOptions::new("pool", "x").object_size(0),
             RadosOptions::new("pool", "x").object_size(128 << 20),
             RadosOptions::new("pool", "x").queue_depth(0),
+            RadosOptions::new("pool", "x").client("a\0b"),
         ];
         for o in cases {
             let e = RadosStore::open(&o).unwrap_err();

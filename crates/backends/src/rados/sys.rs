@@ -99,12 +99,14 @@ unsafe impl Send for Cluster {}
 unsafe impl Sync for Cluster {}
 
 impl Cluster {
-    /// A handle for the client `client.admin` (librados's default id),
-    /// not yet connected.
-    pub fn create() -> Result<Cluster, i32> {
+    /// A handle for the client `client.<id>` (`None`: librados's default,
+    /// `client.admin`), not yet connected.
+    pub fn create(id: Option<&CStr>) -> Result<Cluster, i32> {
         let mut h: RadosT = std::ptr::null_mut();
-        // SAFETY: h is a valid out-pointer; a null id means the default.
-        check(unsafe { rados_create(&mut h, std::ptr::null()) })?;
+        let id = id.map_or(std::ptr::null(), CStr::as_ptr);
+        // SAFETY: h is a valid out-pointer; id is null (the default) or a
+        // C string.
+        check(unsafe { rados_create(&mut h, id) })?;
         Ok(Cluster(h))
     }
 
