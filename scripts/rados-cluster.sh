@@ -143,11 +143,26 @@ wait_osd_ready() {
   done
 }
 
+# Signals a daemon and waits for it; one that has not exited 15 s after a
+# SIGTERM (an OSD waits for the monitor's acknowledgement) is killed.
+stop_daemon() {
+  local sig=$1 pid=$2
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill "$sig" "$pid" 2>/dev/null || true
+  (
+    trap 'kill "$nap"; exit' TERM
+    sleep 15 &
+    nap=$!
+    wait "$nap"
+    kill -KILL "$pid"
+  ) >/dev/null 2>&1 </dev/null &
+  local guard=$!
+  wait "$pid" 2>/dev/null || true
+  kill "$guard" 2>/dev/null || true
+}
+
 stop_osd() {
-  if [[ -n ${OSD_PID:-} ]] && kill -0 "$OSD_PID" 2>/dev/null; then
-    kill "$1" "$OSD_PID" 2>/dev/null || true
-    wait "$OSD_PID" 2>/dev/null || true
-  fi
+  [[ -n ${OSD_PID:-} ]] && stop_daemon "$1" "$OSD_PID"
   OSD_PID=
 }
 
@@ -158,10 +173,7 @@ shutdown() {
   echo stopping >"$DIR/state"
   [[ -n ${WATCHER:-} ]] && kill "$WATCHER" 2>/dev/null
   stop_osd -TERM
-  if [[ -n ${MON_PID:-} ]] && kill -0 "$MON_PID" 2>/dev/null; then
-    kill -TERM "$MON_PID" 2>/dev/null || true
-    wait "$MON_PID" 2>/dev/null || true
-  fi
+  [[ -n ${MON_PID:-} ]] && stop_daemon -TERM "$MON_PID"
   echo stopped >"$DIR/state"
   if [[ -n ${RADOS_CLUSTER_REMOVE_DIR:-} ]]; then
     rm -rf "$DIR"
@@ -217,8 +229,8 @@ cmd_run() {
   if [[ -n ${RADOS_CLUSTER_WATCH_PID:-} ]]; then
     (
       while kill -0 "$RADOS_CLUSTER_WATCH_PID" 2>/dev/null; do sleep 1; done
-      kill -TERM $$ 2>/dev/null
-    ) &
+      kill -TERM $$
+    ) >/dev/null 2>&1 </dev/null &
     WATCHER=$!
   fi
 
