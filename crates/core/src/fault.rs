@@ -528,7 +528,12 @@ impl Shared {
             }
             self.evict_signal.kick();
             self.stats.direct_reclaims.fetch_add(1, Relaxed);
-            let pages = (bytes / self.cfg.page_size as u64).clamp(8, 64) as usize;
+            // Victims of the huge pool are 2 MiB each: a few suffice.
+            let pages = if region.huge_pool {
+                (bytes / region.page_size as u64).clamp(1, 4) as usize
+            } else {
+                (bytes / self.cfg.page_size as u64).clamp(8, 64) as usize
+            };
             if self.evict_batch(w, self.policy_of(region), pages) == 0 {
                 let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
                 if Instant::now() > d {

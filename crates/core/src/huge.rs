@@ -35,6 +35,9 @@ const MADV_COLLAPSE: i32 = 25;
 
 /// How long a promotion waits for a page another thread holds.
 const LOCK_WAIT: Duration = Duration::from_millis(200);
+/// How long a promoted range waits for room in the huge-page pool before
+/// it stays in its region's pool.
+const POOL_WAIT: Duration = Duration::from_millis(200);
 
 /// Decides which 2 MiB ranges of a region to promote to huge pages.
 ///
@@ -431,16 +434,22 @@ impl Shared {
         let Some(pool) = self.huge.as_ref().filter(|_| !region.huge_pool) else {
             return false;
         };
-        for _ in 0..4 {
+        // This is the background thread: it may wait a little for room,
+        // for instance while the evictor holds the pool's victims.
+        let deadline = Instant::now() + POOL_WAIT;
+        loop {
             if pool.budget.try_reserve(HUGE_PAGE_SIZE as u64) {
                 pool.policy.inserted(region.key(first));
                 return true;
             }
+            if Instant::now() > deadline || region.is_closing() || self.is_shutting_down() {
+                return false;
+            }
             if self.evict_batch(w, &*pool.policy, 4) == 0 {
-                break;
+                self.evict_signal.kick();
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
-        false
     }
 
     /// Marks a promoted range ordinary again; true if it was promoted. A
