@@ -257,6 +257,13 @@ struct umio_map_options {
   // refuses it) or `"dax"` (the file is mapped shared, as persistent
   // memory is, and pages are copied straight from it; its length is
   // fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
+  // `"rados:<settings>"` maps a Ceph RADOS object set instead of a file
+  // (`fd` must be -1; libumio built with the `rados` feature, else
+  // `EOPNOTSUPP`): the settings are `key=value` pairs separated by
+  // commas, `pool` and `prefix` required, and `conf` (a ceph.conf path),
+  // `client` (id), `object_size` (bytes, for a new set), `queue_depth`,
+  // `op_timeout` (seconds; 0 waits forever; default 30) and `create=1`
+  // (create the set `len` bytes long if absent); a bad one is `EINVAL`.
   const char *backend;
   // Huge-page promotion policy by name: `"never"`, `"always"` (the 2 MiB
   // range of every miss) or `"sequential"` (when a thread faults on two

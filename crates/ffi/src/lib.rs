@@ -29,6 +29,7 @@ pub mod native;
 pub mod policy;
 pub mod prefetcher;
 pub mod promoter;
+mod rados;
 mod registry;
 pub mod store;
 pub mod umap;

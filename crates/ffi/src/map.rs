@@ -30,6 +30,8 @@ pub(crate) enum Source {
     Fd(c_int, Backend),
     /// A store written in C.
     Store(CStore),
+    /// A Ceph RADOS object set (`backend = "rados:..."`).
+    Rados(crate::rados::RadosSpec),
 }
 
 /// A map request with `mmap`'s arguments.
@@ -151,6 +153,11 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
                 }
                 Backend::Dax => rt.map(opts.store(Arc::new(DaxStore::new(&file).map_err(io)?)))?,
             }
+        }
+        Source::Rados(spec) => {
+            let store = spec.open(req.len, req.prot & libc::PROT_WRITE != 0)?;
+            let rt = config::runtime()?;
+            rt.map(opts.store(store))?
         }
         Source::Store(store) => {
             if !store.is_complete() {

@@ -74,6 +74,13 @@ pub struct umio_map_options {
     /// refuses it) or `"dax"` (the file is mapped shared, as persistent
     /// memory is, and pages are copied straight from it; its length is
     /// fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
+    /// `"rados:<settings>"` maps a Ceph RADOS object set instead of a file
+    /// (`fd` must be -1; libumio built with the `rados` feature, else
+    /// `EOPNOTSUPP`): the settings are `key=value` pairs separated by
+    /// commas, `pool` and `prefix` required, and `conf` (a ceph.conf path),
+    /// `client` (id), `object_size` (bytes, for a new set), `queue_depth`,
+    /// `op_timeout` (seconds; 0 waits forever; default 30) and `create=1`
+    /// (create the set `len` bytes long if absent); a bad one is `EINVAL`.
     pub backend: *const c_char,
     /// Huge-page promotion policy by name: `"never"`, `"always"` (the 2 MiB
     /// range of every miss) or `"sequential"` (when a thread faults on two
@@ -233,7 +240,10 @@ pub unsafe extern "C" fn umio_map(
             CPromoter::new(unsafe { &*o.promoter })
         });
         // SAFETY: the caller promised a NUL-terminated string or NULL.
-        let backend = match unsafe { name(o.backend) }? {
+        let backend_name = unsafe { name(o.backend) }?;
+        let rados = backend_name.and_then(|b| b.strip_prefix("rados:"));
+        let backend = match backend_name {
+            _ if rados.is_some() => Backend::Pread,
             None | Some("pread") => Backend::Pread,
             Some("io_uring") => Backend::Uring { direct: false },
             Some("io_uring_direct") => Backend::Uring { direct: true },
@@ -241,7 +251,12 @@ pub unsafe extern "C" fn umio_map(
             Some(_) => return Err(Errno(libc::EINVAL)),
         };
         let source = match store {
+            None if rados.is_some() && fd != -1 => return Err(Errno(libc::EINVAL)),
+            None if rados.is_some() => {
+                Source::Rados(crate::rados::RadosSpec::parse(rados.unwrap_or_default())?)
+            }
             None => Source::Fd(fd, backend),
+            Some(_) if rados.is_some() => return Err(Errno(libc::EINVAL)),
             Some(_) if fd != -1 || backend != Backend::Pread => {
                 return Err(Errno(libc::EINVAL));
             }

@@ -31,6 +31,11 @@ pub fn lib_dir() -> &'static Path {
             ])
             .arg(target_dir)
             .current_dir(env!("CARGO_MANIFEST_DIR"));
+        // The library the tests link must have the features they were
+        // built with (the rados test maps through librados).
+        if cfg!(feature = "rados") {
+            cargo.args(["--features", "rados"]);
+        }
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => {}
             Some("release") => {
