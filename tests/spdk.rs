@@ -20,7 +20,10 @@ use umio::backends::{
 };
 use umio::{Error, MapOptions, PrefetchKind, Runtime, Store, StoreError};
 
-use common::{Rng, assert_same, eventually, random_bytes, runtime};
+use common::{
+    Rng, assert_same, eventually, random_bytes, read_random_slices, runtime,
+    write_random_runs_in_halves,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -158,19 +161,7 @@ fn reads_match_under_eviction() {
             let m = map(&rt, b.store.clone(), false);
             let s = m.as_slice();
             assert_same(s, &data, &what);
-            std::thread::scope(|sc| {
-                for t in 0..2u64 {
-                    let (data, what) = (&data, &what);
-                    sc.spawn(move || {
-                        let mut rng = Rng::new(t + 7);
-                        for _ in 0..300 {
-                            let a = rng.below(data.len());
-                            let b = (a + 1 + rng.below(100_000)).min(data.len());
-                            assert_same(&s[a..b], &data[a..b], what);
-                        }
-                    });
-                }
-            });
+            read_random_slices(s, &data, 300, &what);
             let st = m.stats();
             assert!(st.evictions > 0, "{what}: nothing was evicted: {st:?}");
         }
@@ -188,33 +179,8 @@ fn writes_persist_through_eviction_and_flush() {
         let b = bdev(kind, &data, true);
         let rt = runtime(256 << 10, 4096, 2);
         let mut m = map(&rt, b.store.clone(), true);
-        let half = data.len() / 2;
         let mut model = data.clone();
-        {
-            let s = m.as_mut_slice();
-            let (lo, hi) = s.split_at_mut(half);
-            let (mlo, mhi) = model.split_at_mut(half);
-            std::thread::scope(|sc| {
-                for (t, (mem, model)) in [(lo, mlo), (hi, mhi)].into_iter().enumerate() {
-                    let what = &what;
-                    sc.spawn(move || {
-                        let mut rng = Rng::new(t as u64 + 100);
-                        for i in 0..400 {
-                            let a = rng.below(mem.len());
-                            let b = (a + 1 + rng.below(20_000)).min(mem.len());
-                            let v = rng.next() as u8;
-                            mem[a..b].fill(v);
-                            model[a..b].fill(v);
-                            if i % 50 == 0 {
-                                let c = rng.below(mem.len());
-                                assert_eq!(mem[c], model[c], "{what}: byte {c}");
-                            }
-                        }
-                    });
-                }
-            });
-            assert_same(s, &model, &what);
-        }
+        write_random_runs_in_halves(m.as_mut_slice(), &mut model, 400, &what);
         m.flush().unwrap();
         assert_eq!(m.dirty_pages(), 0, "{what}");
         assert_same(&contents(&*b.store), &model, &what);

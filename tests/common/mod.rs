@@ -119,6 +119,54 @@ pub fn assert_same(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
+/// Two threads each read `reads` random slices (up to 100 000 bytes) of
+/// the mapped bytes `mapped` and compare them with `data`.
+pub fn read_random_slices(mapped: &[u8], data: &[u8], reads: usize, what: &str) {
+    std::thread::scope(|sc| {
+        for t in 0..2u64 {
+            sc.spawn(move || {
+                let mut rng = Rng::new(t + 7);
+                for _ in 0..reads {
+                    let a = rng.below(data.len());
+                    let b = (a + 1 + rng.below(100_000)).min(data.len());
+                    assert_same(&mapped[a..b], &data[a..b], what);
+                }
+            });
+        }
+    });
+}
+
+/// Two threads, one per half of the mapped bytes `mapped`, each fill
+/// `writes` random runs (up to 20 000 bytes) with random bytes, doing the
+/// same to `model`, and check a random byte every 50 writes; then the
+/// mapping must equal the model.
+pub fn write_random_runs_in_halves(mapped: &mut [u8], model: &mut [u8], writes: usize, what: &str) {
+    let half = mapped.len() / 2;
+    {
+        let (lo, hi) = mapped.split_at_mut(half);
+        let (mlo, mhi) = model.split_at_mut(half);
+        std::thread::scope(|sc| {
+            for (t, (mem, model)) in [(lo, mlo), (hi, mhi)].into_iter().enumerate() {
+                sc.spawn(move || {
+                    let mut rng = Rng::new(t as u64 + 100);
+                    for i in 0..writes {
+                        let a = rng.below(mem.len());
+                        let b = (a + 1 + rng.below(20_000)).min(mem.len());
+                        let v = rng.next() as u8;
+                        mem[a..b].fill(v);
+                        model[a..b].fill(v);
+                        if i % 50 == 0 {
+                            let c = rng.below(mem.len());
+                            assert_eq!(mem[c], model[c], "{what}: byte {c}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+    assert_same(mapped, model, what);
+}
+
 /// Polls `cond` every `poll` for up to 5 s; panics naming `what` if it
 /// never holds.
 #[track_caller]
