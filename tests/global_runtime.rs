@@ -31,9 +31,10 @@ fn global_runtime_child_body() {
     }
     match umio::Runtime::global() {
         Ok(rt) => println!(
-            "CHILD-RESULT ok cache={} page={}",
+            "CHILD-RESULT ok cache={} page={} huge={:?}",
             rt.cache_bytes(),
-            rt.page_size()
+            rt.page_size(),
+            rt.huge_cache_bytes()
         ),
         Err(e) => println!("CHILD-RESULT errno={} {e}", e.errno()),
     }
@@ -72,9 +73,24 @@ fn environment_configures_the_global_runtime() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    let (first, second) = run_child(&[("UMIO_CACHE_BYTES", "96M"), ("UMIO_PAGE_SIZE", "16K")]);
-    assert_eq!(first, format!("ok cache={} page={}", 96 << 20, 16 << 10));
+    let (first, second) = run_child(&[
+        ("UMIO_CACHE_BYTES", "96M"),
+        ("UMIO_PAGE_SIZE", "16K"),
+        ("UMIO_HUGE_CACHE_BYTES", "16M"),
+        ("UMIO_FILLER_SPIN_US", "auto"),
+    ]);
+    assert_eq!(
+        first,
+        format!(
+            "ok cache={} page={} huge=Some({})",
+            96 << 20,
+            16 << 10,
+            16 << 20
+        )
+    );
     assert_eq!(second, "ok");
+    let (first, _) = run_child(&[("UMIO_FILLER_SPIN_US", "30")]);
+    assert!(first.starts_with("ok "), "{first}");
 }
 
 #[test]
@@ -103,6 +119,9 @@ fn malformed_environment_is_an_error_every_time() {
         ("UMIO_PREFETCH", "psychic", "UMIO_PREFETCH"),
         ("UMIO_READAHEAD", "lots", "UMIO_READAHEAD"),
         ("UMIO_FILLER_SPIN_US", "-5", "UMIO_FILLER_SPIN_US"),
+        ("UMIO_FILLER_SPIN_US", "often", "UMIO_FILLER_SPIN_US"),
+        ("UMIO_HUGE_CACHE_BYTES", "lots", "UMIO_HUGE_CACHE_BYTES"),
+        ("UMIO_HUGE_CACHE_BYTES", "4M", "huge_cache_bytes"),
         ("UMIO_PROMOTE", "maybe", "UMIO_PROMOTE"),
         ("UMIO_UFFD_MODE", "sometimes", "UMIO_UFFD_MODE"),
     ] {

@@ -53,15 +53,19 @@ pub struct FaultPath {
     pub tsc_hz: f64,
     /// Faults per row.
     pub faults: usize,
-    /// umio with its defaults (fillers sleep as soon as no event is
-    /// pending), reading the page from the tmpfs file with `pread`.
+    /// umio with its defaults (fillers poll or sleep, whichever the
+    /// runtime measures to be faster), reading the page from the tmpfs
+    /// file with `pread`.
     pub umio: PathRow,
     /// umio over the tmpfs file mapped into the process (`DaxStore`): the
     /// fill copies straight from the file's pages, no store read, as the
     /// floor copies from a buffer.
     pub umio_mapped: PathRow,
+    /// umio with fillers that always sleep as soon as no event is pending
+    /// (`Builder::filler_spin(0)`).
+    pub umio_sleep: PathRow,
     /// umio with fillers that poll for 50 us after each event before they
-    /// sleep (`Builder::filler_spin`): why the default does not.
+    /// sleep (`Builder::filler_spin`).
     pub umio_spin: PathRow,
     /// Our own minimal handler.
     pub floor: PathRow,
@@ -88,6 +92,7 @@ impl FaultPath {
         let mut v = vec![
             &self.umio,
             &self.umio_mapped,
+            &self.umio_sleep,
             &self.umio_spin,
             &self.floor,
             &self.floor_pread,
@@ -114,15 +119,18 @@ pub const PUBLISHED: [(&str, f64); 4] = [
 /// name as it starts.
 pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result<FaultPath> {
     let tsc_hz = crate::bench::tsc_hz(200);
-    let faults = faults.min(data.len / STRIDE - 1);
+    let faults = faults.min(data.len / STRIDE - 1 - LEARNING);
     // umio's rows and the floor's take turns, a fifth of the faults each
     // time: on a shared machine the cost of a fault swings with where the
     // scheduler puts the handler thread (the faulting thread's CPU or the
     // other one), and alternating gives every row the same conditions.
     let fillers = umio::default_fillers();
     let names = [
-        format!("umio (defaults: {fillers} fillers, pread from the tmpfs file)"),
+        format!(
+            "umio (defaults: {fillers} fillers, polling or sleeping as measured; pread from the tmpfs file)"
+        ),
         "umio, tmpfs file mapped in (DaxStore: no store read, like the floor)".to_string(),
+        format!("umio, {fillers} fillers always sleeping between events"),
         format!("umio, {fillers} fillers polling 50 us after each event"),
         "floor: own handler, blocking read + UFFDIO_COPY".to_string(),
         "floor + pread of the page (tmpfs)".to_string(),
@@ -142,9 +150,10 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         let measured = [
             umio_row(data, per_round, Setup::Defaults, &names[0])?,
             umio_row(data, per_round, Setup::Mapped, &names[1])?,
-            umio_row(data, per_round, Setup::Polling, &names[2])?,
-            floor_row(per_round, None, &names[3])?,
-            floor_row(per_round, Some((&f, data.len)), &names[4])?,
+            umio_row(data, per_round, Setup::Sleeping, &names[2])?,
+            umio_row(data, per_round, Setup::Polling, &names[3])?,
+            floor_row(per_round, None, &names[4])?,
+            floor_row(per_round, Some((&f, data.len)), &names[5])?,
         ];
         for (row, m) in rows.iter_mut().zip(measured) {
             row.absorb(m, ROUNDS);
@@ -154,9 +163,9 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         row.cycles.sort_by(f64::total_cmp);
     }
     let mut rows = rows.into_iter();
-    let mut next = || rows.next().expect("five rows");
-    let (umio, umio_mapped, umio_spin, floor, floor_pread) =
-        (next(), next(), next(), next(), next());
+    let mut next = || rows.next().expect("six rows");
+    let (umio, umio_mapped, umio_sleep, umio_spin, floor, floor_pread) =
+        (next(), next(), next(), next(), next(), next());
     progress("Linux faults");
     let kernel_minor = kernel_row(
         &f,
@@ -179,6 +188,7 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         faults,
         umio,
         umio_mapped,
+        umio_sleep,
         umio_spin,
         floor,
         floor_pread,
@@ -210,7 +220,11 @@ impl PathRow {
 }
 
 /// Faults handled before timing starts (code and tables warm).
-const WARMUP: usize = 16;
+pub const WARMUP: usize = 16;
+/// Faults handled before timing starts with umio's defaults: the
+/// runtime's first four windows of 32 events, in which it measures both
+/// ways of waiting for events, and the warm-up.
+const LEARNING: usize = 4 * 32 + WARMUP;
 
 /// How a umio row is set up.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -219,6 +233,8 @@ enum Setup {
     Defaults,
     /// The file mapped into the process: fills copy from its pages.
     Mapped,
+    /// Fillers sleeping as soon as no event is pending.
+    Sleeping,
     /// Fillers polling 50 us after each event.
     Polling,
 }
@@ -229,8 +245,10 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
         .page_size(PAGE)
         .prefetch(PrefetchKind::None)
         .trace_faults(true);
-    if setup == Setup::Polling {
-        b = b.filler_spin(Duration::from_micros(50));
+    match setup {
+        Setup::Polling => b = b.filler_spin(Duration::from_micros(50)),
+        Setup::Sleeping => b = b.filler_spin(Duration::ZERO),
+        Setup::Defaults | Setup::Mapped => {}
     }
     let rt = b.build()?;
     let opts = MapOptions::new().len(data.len);
@@ -252,7 +270,13 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     } else {
         "store read (pread)"
     };
-    let (mut row, _) = traced_faults(&rt, map.as_ptr(), faults, store_read)?;
+    // The defaults measure polling against sleeping over their first
+    // windows of events: those are left out, as the code's warm-up is.
+    let warmup = match setup {
+        Setup::Defaults | Setup::Mapped => LEARNING,
+        Setup::Sleeping | Setup::Polling => WARMUP,
+    };
+    let (mut row, _) = traced_faults(&rt, map.as_ptr(), faults, warmup, store_read)?;
     row.name = name.into();
     row.cycles = sorted(row.cycles);
     Ok(row)
@@ -267,6 +291,7 @@ pub fn traced_faults(
     rt: &Runtime,
     base: *const u8,
     faults: usize,
+    warmup: usize,
     store_read: &'static str,
 ) -> Result<(PathRow, Vec<f64>)> {
     let names = [
@@ -283,7 +308,7 @@ pub fn traced_faults(
     let mut cycles = Vec::with_capacity(faults);
     let mut reads = Vec::with_capacity(faults);
     let mut seq = rt.last_fault_trace().map_or(0, |t| t.seq);
-    for i in 0..faults + WARMUP {
+    for i in 0..faults + warmup {
         let t0 = rdtsc();
         let v = word(base, i * STRIDE);
         let t1 = rdtsc();
@@ -298,7 +323,7 @@ pub fn traced_faults(
             }
         };
         seq = tr.seq;
-        if i < WARMUP {
+        if i < warmup {
             continue;
         }
         cycles.push((t1 - t0) as f64);
@@ -639,6 +664,7 @@ pub fn markdown(fp: &FaultPath) -> String {
     for r in [
         &fp.umio,
         &fp.umio_mapped,
+        &fp.umio_sleep,
         &fp.umio_spin,
         &fp.floor,
         &fp.floor_pread,

@@ -14,6 +14,7 @@ use umio_cache::{FrameCredit, Observed, PageKey, PageState, Touch};
 use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::runtime::Shared;
+use crate::spin::{ADAPTIVE_SPIN, FillerWait};
 use crate::sys::mm::{self, StagingBuffer};
 use crate::sys::poller::{Poller, Wake};
 use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE, UffdMsg};
@@ -79,12 +80,12 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
     };
     let mut w = Worker::new();
     let mut msgs = vec![UffdMsg::default(); shared.cfg.max_fault_events];
-    // With `spin` set, a filler keeps polling for that long after the last
-    // event before it sleeps (see `Builder::filler_spin`). Without it, the
-    // filler goes back to `epoll_wait` as soon as it has handled what one
-    // read returned: that call returns at once if more events are pending,
-    // and a second, empty `read` per fault would be one system call more.
-    let spin = shared.cfg.filler_spin;
+    // After handling what one read returned, a filler either goes back to
+    // `epoll_wait` (which returns at once if more events are pending: a
+    // second, empty `read` per fault would be one system call more) or
+    // polls for the next event for a while (`Builder::filler_spin`; by
+    // default the runtime measures which is faster, see `spin.rs`).
+    let mut polling = false;
     while poller.wait() == Wake::Faults {
         let mut idle_since: Option<Instant> = None;
         loop {
@@ -98,6 +99,11 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
             };
             if n == 0 {
                 let t = *idle_since.get_or_insert_with(Instant::now);
+                let spin = match shared.cfg.filler_wait {
+                    FillerWait::Fixed(d) => d,
+                    FillerWait::Adaptive if polling => ADAPTIVE_SPIN,
+                    FillerWait::Adaptive => Duration::ZERO,
+                };
                 if t.elapsed() >= spin || shared.is_shutting_down() {
                     break;
                 }
@@ -112,9 +118,21 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
                     shared.handle_fault(&mut w, addr, flags);
                 }
             }
-            if spin.is_zero() && n < msgs.len() {
+            let poll_next = match shared.cfg.filler_wait {
+                FillerWait::Fixed(d) => !d.is_zero(),
+                FillerWait::Adaptive => {
+                    shared.spin.record(n as u32);
+                    polling = shared.spin.start(polling);
+                    polling
+                }
+            };
+            if !poll_next && n < msgs.len() {
                 break;
             }
+        }
+        if polling {
+            shared.spin.stop();
+            polling = false;
         }
     }
     // Credit (at most `credit_batch` bytes) is kept across wake-ups so that

@@ -13,6 +13,7 @@ mod prefetch;
 mod ranges;
 mod region;
 mod runtime;
+mod spin;
 mod stats;
 mod store_slots;
 mod sys;

@@ -18,6 +18,7 @@ use crate::huge::{HUGE_PAGE_SIZE, HugeState, PromoteKind};
 use crate::mapping::{MapOptions, Mapping};
 use crate::prefetch::PrefetchKind;
 use crate::region::{Region, RegionTable};
+use crate::spin::{FillerWait, SpinTuner};
 use crate::stats::{Counters, Stats};
 use crate::sys::mm;
 use crate::sys::poller::EventFd;
@@ -174,7 +175,7 @@ pub struct Builder {
     low_water: u8,
     policy: PolicySpec,
     prefetch: PrefetchKind,
-    filler_spin: Duration,
+    filler_spin: Option<Duration>,
     max_fault_events: usize,
     promote: PromoteKind,
     uffd_mode: UffdMode,
@@ -213,7 +214,7 @@ impl Default for Builder {
             low_water: 70,
             policy: PolicySpec::Builtin(PolicyKind::default()),
             prefetch: PrefetchKind::default(),
-            filler_spin: Duration::ZERO,
+            filler_spin: None,
             max_fault_events: 64,
             promote: PromoteKind::Never,
             uffd_mode: UffdMode::Auto,
@@ -323,20 +324,22 @@ impl Builder {
         self
     }
 
-    /// How long a filler keeps polling for fault events after the last one
-    /// before it sleeps. Default zero: it sleeps at once.
+    /// How long every filler keeps polling for fault events after the last
+    /// one before it sleeps; zero: fillers sleep at once. Default: neither
+    /// fixed, but measured: the runtime times its fault events with
+    /// fillers sleeping and with one filler polling for 20 us, runs the
+    /// faster way, and tries the other now and then
+    /// ([`Stats::filler_poll_windows`] says how often each ran).
     ///
-    /// Polling saves the filler's wake-up on each fault, but the filler
-    /// then runs on another CPU than the faulting thread, which must be
-    /// woken across CPUs when its page is in place. A sleeping filler is
-    /// woken on the faulting thread's own CPU (the thread is about to
-    /// sleep), and fault, fill and resume all happen there. Measured on a
-    /// 2-vCPU virtual machine (`examples/fault_path.rs`): a cold 4 KiB
-    /// fault took 13 us without polling and 62 us with 50 us of polling.
-    /// Poll only when fillers have CPUs of their own and cross-CPU
-    /// wake-ups are cheap; measure first.
+    /// Which is faster depends on the machine's other load. On a 2-vCPU
+    /// virtual machine (`examples/fault_path.rs`), a cold 4 KiB fault took
+    /// 42-52 us with fillers sleeping and 25 us with one polling when the
+    /// machine was otherwise idle (a sleeping filler is woken on the idle
+    /// CPU, and wakes the faulting thread back across CPUs), but 10 us
+    /// sleeping and 31-61 us polling with the other CPU busy (the kernel
+    /// then wakes the filler on the faulting thread's own CPU).
     pub fn filler_spin(mut self, spin: Duration) -> Self {
-        self.filler_spin = spin;
+        self.filler_spin = Some(spin);
         self
     }
 
@@ -376,7 +379,7 @@ impl Builder {
     /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
     /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
     /// bytes, 0 for none),
-    /// `UMIO_FILLER_SPIN_US` (microseconds), `UMIO_PROMOTE` (`never`,
+    /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
     /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
     /// (`auto`, `full` or `user`; see [`UffdMode`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
@@ -426,11 +429,14 @@ impl Builder {
             )?);
         }
         if let Some(v) = env_var("UMIO_FILLER_SPIN_US") {
-            let us: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument("UMIO_FILLER_SPIN_US is not a number"))?;
-            self.filler_spin = Duration::from_micros(us);
+            self.filler_spin = if v.trim().eq_ignore_ascii_case("auto") {
+                None
+            } else {
+                let us: u64 = v.trim().parse().map_err(|_| {
+                    Error::InvalidArgument("UMIO_FILLER_SPIN_US is not a number or auto")
+                })?;
+                Some(Duration::from_micros(us))
+            };
         }
         let kind = match env_var("UMIO_PREFETCH") {
             None => None,
@@ -544,7 +550,10 @@ impl Builder {
                 page_size: self.page_size,
                 prefetch: self.prefetch,
                 credit_batch: (cache_bytes / 256).min(1 << 20),
-                filler_spin: self.filler_spin.min(Duration::from_secs(1)),
+                filler_wait: match self.filler_spin {
+                    Some(d) => FillerWait::Fixed(d.min(Duration::from_secs(1))),
+                    None => FillerWait::Adaptive,
+                },
                 max_fault_events: self.max_fault_events,
                 promote: self.promote,
                 fillers: self.fillers,
@@ -557,6 +566,7 @@ impl Builder {
             budget: FrameBudget::new(cache_bytes, self.high_water, self.low_water),
             policy,
             huge,
+            spin: SpinTuner::new(),
             evict_signal: Signal::default(),
             prefetch_jobs: Mutex::new(VecDeque::new()),
             prefetch_signal: Condvar::new(),
@@ -644,8 +654,8 @@ pub(crate) struct Config {
     pub prefetch: PrefetchKind,
     /// Bytes a thread reserves from the budget at once.
     pub credit_batch: u64,
-    /// How long a filler polls for events before it sleeps.
-    pub filler_spin: Duration,
+    /// How fillers wait for events.
+    pub filler_wait: FillerWait,
     /// Fault events read at once.
     pub max_fault_events: usize,
     /// Default promotion policy.
@@ -711,6 +721,8 @@ pub(crate) struct Shared {
     pub policy: Box<dyn EvictionPolicy>,
     /// The huge-page pool ([`Builder::huge_cache_bytes`]).
     pub huge: Option<Pool>,
+    /// Whether fillers poll or sleep ([`FillerWait::Adaptive`]).
+    pub spin: SpinTuner,
     pub evict_signal: Signal,
     pub prefetch_jobs: Mutex<VecDeque<PrefetchJob>>,
     pub prefetch_signal: Condvar,
@@ -980,11 +992,16 @@ impl Shared {
 
     pub fn stats(&self) -> Stats {
         let huge = self.huge.as_ref().map_or(0, |h| h.budget.used());
-        self.stats.snapshot(
-            self.budget.used() + huge,
-            huge,
-            self.regions.load().len() as u64,
-        )
+        self.stats.snapshot(crate::stats::Gauges {
+            resident_bytes: self.budget.used() + huge,
+            huge_pool_bytes: huge,
+            filler_windows: self
+                .spin
+                .windows_by_mode
+                .each_ref()
+                .map(|w| w.load(Ordering::Relaxed)),
+            regions: self.regions.load().len() as u64,
+        })
     }
 }
 

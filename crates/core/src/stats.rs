@@ -2,6 +2,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// What a [`Stats`] snapshot reads from the runtime besides its counters.
+pub(crate) struct Gauges {
+    pub resident_bytes: u64,
+    pub huge_pool_bytes: u64,
+    /// Windows sleeping, polling.
+    pub filler_windows: [u64; 2],
+    pub regions: u64,
+}
+
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
         #[derive(Default, Debug)]
@@ -22,13 +31,26 @@ macro_rules! counters {
             /// ([`Builder::huge_cache_bytes`](crate::Builder::huge_cache_bytes));
             /// 0 without one.
             pub huge_pool_bytes: u64,
+            /// Measurement windows (32 fault events each) in which the
+            /// fillers slept between events, and in which one of them
+            /// polled (see [`Builder::filler_spin`](crate::Builder::filler_spin)).
+            pub filler_sleep_windows: u64,
+            /// See `filler_sleep_windows`.
+            pub filler_poll_windows: u64,
             /// Regions mapped now.
             pub regions: u64,
         }
 
         impl Counters {
-            pub(crate) fn snapshot(&self, resident_bytes: u64, huge_pool_bytes: u64, regions: u64) -> Stats {
-                Stats { $($name: self.$name.load(Relaxed),)* resident_bytes, huge_pool_bytes, regions }
+            pub(crate) fn snapshot(&self, now: Gauges) -> Stats {
+                Stats {
+                    $($name: self.$name.load(Relaxed),)*
+                    resident_bytes: now.resident_bytes,
+                    huge_pool_bytes: now.huge_pool_bytes,
+                    filler_sleep_windows: now.filler_windows[0],
+                    filler_poll_windows: now.filler_windows[1],
+                    regions: now.regions,
+                }
             }
         }
     };
