@@ -222,9 +222,10 @@ impl PathRow {
 /// Faults handled before timing starts (code and tables warm).
 pub const WARMUP: usize = 16;
 /// Faults handled before timing starts with umio's defaults: the
-/// runtime's first four windows of 32 events, in which it measures both
-/// ways of waiting for events, and the warm-up.
-const LEARNING: usize = 4 * 32 + WARMUP;
+/// runtime's first five windows of 32 events, in which it measures both
+/// ways of waiting for events (`crates/core/src/spin.rs`), and the
+/// warm-up.
+const LEARNING: usize = 5 * 32 + WARMUP;
 
 /// How a umio row is set up.
 #[derive(Clone, Copy, PartialEq, Eq)]

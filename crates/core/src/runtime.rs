@@ -327,17 +327,18 @@ impl Builder {
     /// How long every filler keeps polling for fault events after the last
     /// one before it sleeps; zero: fillers sleep at once. Default: neither
     /// fixed, but measured: the runtime times its fault events with
-    /// fillers sleeping and with one filler polling for 20 us, runs the
+    /// fillers sleeping and with one filler polling for 50 us, runs the
     /// faster way, and tries the other now and then
     /// ([`Stats::filler_poll_windows`] says how often each ran).
     ///
     /// Which is faster depends on the machine's other load. On a 2-vCPU
     /// virtual machine (`examples/fault_path.rs`), a cold 4 KiB fault took
-    /// 42-52 us with fillers sleeping and 25 us with one polling when the
-    /// machine was otherwise idle (a sleeping filler is woken on the idle
-    /// CPU, and wakes the faulting thread back across CPUs), but 10 us
-    /// sleeping and 31-61 us polling with the other CPU busy (the kernel
-    /// then wakes the filler on the faulting thread's own CPU).
+    /// 38-52 us with fillers sleeping and 22-29 us with one polling when
+    /// the machine was otherwise idle (a sleeping filler is woken on the
+    /// idle CPU, and wakes the faulting thread back across CPUs), but
+    /// 10-13 us sleeping and 61-64 us polling with the other CPU busy (the
+    /// kernel then wakes the filler on the faulting thread's own CPU).
+    /// With the default the fault took 18-25 us and 10-13 us.
     pub fn filler_spin(mut self, spin: Duration) -> Self {
         self.filler_spin = Some(spin);
         self
