@@ -222,10 +222,10 @@ impl PathRow {
 /// Faults handled before timing starts (code and tables warm).
 pub const WARMUP: usize = 16;
 /// Faults handled before timing starts with umio's defaults: the
-/// runtime's first five windows of 32 events, in which it measures both
+/// runtime's first eight windows of 32 events, in which it measures both
 /// ways of waiting for events (`crates/core/src/spin.rs`), and the
 /// warm-up.
-const LEARNING: usize = 5 * 32 + WARMUP;
+const LEARNING: usize = 8 * 32 + WARMUP;
 
 /// How a umio row is set up.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -107,7 +107,10 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
                 if t.elapsed() >= spin || shared.is_shutting_down() {
                     break;
                 }
-                std::hint::spin_loop();
+                // Yield rather than spin: a polling filler that shares a
+                // CPU with the faulting thread (the scheduler has not
+                // moved it away) must not keep that thread from running.
+                std::thread::yield_now();
                 continue;
             }
             idle_since = None;

@@ -336,7 +336,7 @@ impl Builder {
     /// 38-52 us with fillers sleeping and 22-29 us with one polling when
     /// the machine was otherwise idle (a sleeping filler is woken on the
     /// idle CPU, and wakes the faulting thread back across CPUs), but
-    /// 10-13 us sleeping and 61-64 us polling with the other CPU busy (the
+    /// 10-13 us sleeping and 19-23 us polling with the other CPU busy (the
     /// kernel then wakes the filler on the faulting thread's own CPU).
     /// With the default the fault took 18-25 us and 10-13 us.
     pub fn filler_spin(mut self, spin: Duration) -> Self {

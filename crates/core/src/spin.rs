@@ -8,7 +8,7 @@
 //! | machine | fillers sleep | one filler polls 50 us |
 //! |---|---:|---:|
 //! | otherwise idle | 38-52 us | 22-29 us |
-//! | the other CPU busy | 10-13 us | 61-64 us |
+//! | the other CPU busy | 10-13 us | 19-23 us (61-64 us spinning without yielding) |
 //!
 //! On an idle machine the kernel wakes a sleeping filler on the idle CPU
 //! and the filler wakes the faulting thread back across CPUs: two wake-ups
@@ -22,27 +22,28 @@
 //! [`SAMPLES`] windows (the faulting threads' work between faults plus
 //! the faults themselves: the lower, the faster the application runs),
 //! of which the least counts. It runs the cheaper mode (after measuring
-//! each twice) and tries the
-//! other one window in [`EXPLORE_EVERY`] (or [`EXPLORE_EVERY_FAR`], when
-//! it was over twice as slow), so that it follows the machine as it
+//! each twice) and tries the other now and then (see `choose`), so that
+//! it corrects an unlucky first measurement and follows the machine as it
 //! changes.
 //! Windows that took longer than [`IDLE_WINDOW`] (the application was not
 //! faulting much) are not counted. At most one filler polls at a time.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// How long a filler polls after an event when polling is chosen.
 pub(crate) const ADAPTIVE_SPIN: Duration = Duration::from_micros(50);
 /// Fault events per measurement window.
 const WINDOW: u32 = 32;
-/// One window in this many runs the mode that is not the best...
-const EXPLORE_EVERY: u64 = 32;
+/// Two windows in this many run the mode that is not the best (the first
+/// of them is not measured: see [`SpinTuner::record`])...
+const EXPLORE_EVERY: u64 = 64;
 /// ... or in this many, when it measured over twice as slow.
-const EXPLORE_EVERY_FAR: u64 = 128;
-/// The first windows alternate between the modes, to measure each twice.
-const LEARNING_WINDOWS: u64 = 5;
+const EXPLORE_EVERY_FAR: u64 = 256;
+/// The first windows run sleeping, sleeping, polling, polling, and so on
+/// again, to measure each mode twice.
+const LEARNING_WINDOWS: u64 = 8;
 /// Samples kept per mode.
 const SAMPLES: usize = 4;
 /// Windows longer than this are not measured.
@@ -71,6 +72,8 @@ pub(crate) struct SpinTuner {
     samples: [[AtomicU64; SAMPLES]; 2],
     /// Windows measured in each mode (the next sample's slot).
     measured: [AtomicU64; 2],
+    /// The mode of the last window ended.
+    last_mode: AtomicU8,
     /// Windows ended.
     windows: AtomicU64,
     /// Windows run in each mode: sleeping, polling.
@@ -88,6 +91,7 @@ impl SpinTuner {
             polling: AtomicBool::new(false),
             samples: Default::default(),
             measured: Default::default(),
+            last_mode: AtomicU8::new(0),
             windows: AtomicU64::new(0),
             windows_by_mode: [AtomicU64::new(0), AtomicU64::new(0)],
             spinner: AtomicBool::new(false),
@@ -123,14 +127,18 @@ impl SpinTuner {
         self.events.store(0, Relaxed);
         let mode = usize::from(self.polling.load(Relaxed));
         self.windows_by_mode[mode].fetch_add(1, Relaxed);
+        // The first window after a switch is not measured: the switch
+        // itself costs (the scheduler has yet to move a newly polling
+        // filler off the faulting thread's CPU).
+        let steady = self.last_mode.swap(mode as u8, Relaxed) == mode as u8;
         let elapsed = now.saturating_sub(start);
-        if start != 0 && elapsed < IDLE_WINDOW.as_nanos() as u64 {
+        if steady && start != 0 && elapsed < IDLE_WINDOW.as_nanos() as u64 {
             let per_event = (elapsed / u64::from(before + n)).max(1);
             let slot = self.measured[mode].fetch_add(1, Relaxed) as usize % SAMPLES;
             self.samples[mode][slot].store(per_event, Relaxed);
         }
         let windows = self.windows.fetch_add(1, Relaxed) + 1;
-        let next = choose(self.cost(0), self.cost(1), windows);
+        let next = choose([self.cost(0), self.cost(1)], windows);
         self.polling.store(next, Relaxed);
     }
 
@@ -158,16 +166,18 @@ impl SpinTuner {
     }
 }
 
-/// The mode of the next window (true: polling), from the two modes' costs
-/// (nanoseconds per event, 0 if not measured) and the count of windows
-/// so far. The first window only starts the clock; the next four
-/// alternate sleeping and polling; then the cheaper mode runs, except one
-/// window in [`EXPLORE_EVERY`] (in [`EXPLORE_EVERY_FAR`] when the other
-/// was over twice as slow), so that a change in the machine's load is
-/// seen.
-fn choose(sleeping: u64, polling: u64, windows: u64) -> bool {
+/// The mode of the next window (true: polling), from the two modes'
+/// costs (nanoseconds per event, 0 if not measured) and the count of
+/// windows ended. The first [`LEARNING_WINDOWS`] run sleeping, sleeping,
+/// polling, polling, twice over (the first of each pair unmeasured: it
+/// starts the clock or follows a switch); then the cheaper mode runs,
+/// except two windows in [`EXPLORE_EVERY`] (in [`EXPLORE_EVERY_FAR`] if
+/// the other was over twice as slow), so that a change in the machine's
+/// load is seen.
+fn choose(cost: [u64; 2], windows: u64) -> bool {
+    let [sleeping, polling] = cost;
     if windows < LEARNING_WINDOWS || sleeping == 0 || polling == 0 {
-        return windows.is_multiple_of(2) && sleeping != 0;
+        return (windows / 2) % 2 == 1;
     }
     let best = polling < sleeping;
     let (lo, hi) = (sleeping.min(polling), sleeping.max(polling));
@@ -176,11 +186,7 @@ fn choose(sleeping: u64, polling: u64, windows: u64) -> bool {
     } else {
         EXPLORE_EVERY
     };
-    if windows.is_multiple_of(every) {
-        !best
-    } else {
-        best
-    }
+    if windows % every < 2 { !best } else { best }
 }
 
 #[cfg(test)]
@@ -189,16 +195,19 @@ mod tests {
 
     #[test]
     fn each_mode_is_measured_twice_then_the_cheaper_runs_and_the_other_is_retried() {
-        assert!(!choose(0, 0, 1), "sleeping is measured first");
-        assert!(choose(40_000, 0, 2), "then polling");
-        assert!(!choose(40_000, 25_000, 3), "then sleeping again");
-        assert!(choose(40_000, 25_000, 4), "and polling again");
-        assert!(choose(40_000, 25_000, 5), "polling is cheaper here");
-        assert!(!choose(10_000, 11_000, 5), "sleeping is cheaper here");
-        assert!(!choose(40_000, 25_000, 32), "one window in 32 retries");
-        assert!(choose(10_000, 11_000, 64));
-        assert!(!choose(10_000, 31_000, 64), "over twice as slow: rarer");
-        assert!(choose(10_000, 31_000, 128));
+        let learning: Vec<bool> = (0..8).map(|w| choose([0, 0], w)).collect();
+        assert_eq!(
+            learning,
+            [false, false, true, true, false, false, true, true],
+            "windows 1 to 8: sleeping twice, polling twice, and again"
+        );
+        assert!(choose([40_000, 25_000], 8), "polling is cheaper here");
+        assert!(!choose([10_000, 11_000], 8), "sleeping is cheaper here");
+        assert!(!choose([40_000, 25_000], 64) && !choose([40_000, 25_000], 65));
+        assert!(choose([40_000, 25_000], 66), "two windows in 64 retry");
+        assert!(choose([10_000, 11_000], 128));
+        assert!(!choose([10_000, 31_000], 128), "twice as slow: rarer");
+        assert!(choose([10_000, 31_000], 256));
     }
 
     #[test]
@@ -214,30 +223,35 @@ mod tests {
     #[test]
     fn windows_feed_the_mode_they_ran_in() {
         let t = SpinTuner::new();
-        // The first window only starts the clock.
-        t.record(WINDOW);
+        let window = |pause_ms: u64| {
+            std::thread::sleep(Duration::from_millis(pause_ms));
+            t.record(WINDOW);
+        };
+        // Window 1 only starts the clock; window 2 measures sleeping.
+        window(0);
         assert_eq!(t.cost(0), 0);
-        std::thread::sleep(Duration::from_millis(1));
-        t.record(WINDOW);
-        let sleeping = t.cost(0);
-        assert!(sleeping > 0, "a sleeping window was measured");
-        assert!(t.polling.load(Relaxed), "polling is measured next");
+        window(1);
+        assert!(t.cost(0) > 0, "a sleeping window was measured");
+        assert!(t.polling.load(Relaxed), "polling runs next");
         assert!(
             t.start(false) && !t.start(false),
             "one filler polls at a time"
         );
         assert!(t.start(true), "the polling filler goes on");
         t.stop();
-        t.record(WINDOW);
+        // Window 3 follows the switch: not measured. Window 4 is.
+        window(1);
+        assert_eq!(t.cost(1), 0, "the first window after a switch");
+        window(1);
         assert!(t.cost(1) > 0, "a polling window was measured");
         assert_eq!(t.windows_by_mode[0].load(Relaxed), 2);
-        assert_eq!(t.windows_by_mode[1].load(Relaxed), 1);
+        assert_eq!(t.windows_by_mode[1].load(Relaxed), 2);
         assert!(!t.polling.load(Relaxed), "sleeping is measured again");
         assert!(!t.start(false), "no filler polls while sleeping is chosen");
         // A window far longer than IDLE_WINDOW is not measured.
+        window(0);
         let before = [t.cost(0), t.cost(1)];
-        std::thread::sleep(IDLE_WINDOW + Duration::from_millis(5));
-        t.record(WINDOW);
+        window(IDLE_WINDOW.as_millis() as u64 + 5);
         assert_eq!(before, [t.cost(0), t.cost(1)]);
     }
 }
