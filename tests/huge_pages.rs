@@ -320,26 +320,40 @@ fn read_all(m: &Mapping) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(m.as_ptr(), m.len()) }.to_vec()
 }
 
-/// Maps an 8 MiB file with 64 KiB pages and a 48 MiB file with 2 MiB
-/// pages, reads the small one whole, then scans the large one (more than
-/// the cache holds), checking every byte. Returns the small region's pages
-/// and how many of them were still resident after the scan, with the
-/// runtime's stats then.
-fn scan_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
+/// Maps an 8 MiB file with 64 KiB pages and reads it whole, then maps a
+/// `large_len`-byte file with `large` options and runs `work` on that
+/// mapping and its data. Returns the small region's pages and how many of
+/// them were still resident after `work`, with the runtime's stats then;
+/// the small region must still read back right.
+fn beside_small_pages(
+    rt: &Runtime,
+    large_len: usize,
+    large: MapOptions,
+    work: impl FnOnce(&Mapping, &[u8]),
+) -> (usize, usize, umio::Stats) {
     let small_data = random_bytes(8 * MIB, 71);
-    let large_data = random_bytes(48 * MIB, 72);
+    let large_data = random_bytes(large_len, 72);
     let (_t1, small_file) = common::file_with(&small_data);
     let (_t2, large_file) = common::file_with(&large_data);
     let small = map(rt, &small_file, MapOptions::new().page_size(64 << 10));
-    let large = map(rt, &large_file, MapOptions::new().page_size(2 * MIB));
+    let large = map(rt, &large_file, large);
     assert_same(&read_all(&small), &small_data, "small pages, first read");
     let pages = small_data.len() / (64 << 10);
     assert_eq!(small.resident_pages(), pages, "all small pages read");
-    assert_same(&read_all(&large), &large_data, "2 MiB pages, scan");
+    work(&large, &large_data);
     let left = small.resident_pages();
     let stats = rt.stats();
     assert_same(&read_all(&small), &small_data, "small pages, read again");
     (pages, left, stats)
+}
+
+/// A 48 MiB scan through 2 MiB pages (more than the cache holds) beside
+/// the small region, every byte checked.
+fn scan_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
+    let opts = MapOptions::new().page_size(2 * MIB);
+    beside_small_pages(rt, 48 * MIB, opts, |large, data| {
+        assert_same(&read_all(large), data, "2 MiB pages, scan");
+    })
 }
 
 #[test]
@@ -420,48 +434,33 @@ fn huge_page_pool_is_validated() {
     );
 }
 
-/// Promotes the 2 MiB ranges of a 32 MiB region one after another (a
-/// fault on each range's first page, then waiting for its promotion),
-/// beside an 8 MiB region of 64 KiB pages read first. Returns how many of
-/// the small region's pages were still resident at the end, of how many,
-/// with the runtime's stats.
+/// Promotes the 2 MiB ranges of a 32 MiB region of 4 KiB pages one after
+/// another (a fault on each range's first page, then waiting for its
+/// promotion) beside the small region.
 fn promote_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
-    let small_data = random_bytes(8 * MIB, 81);
-    let large_data = random_bytes(32 * MIB, 82);
-    let (_t1, small_file) = common::file_with(&small_data);
-    let (_t2, large_file) = common::file_with(&large_data);
-    let small = map(rt, &small_file, MapOptions::new().page_size(64 << 10));
-    let large = map(
-        rt,
-        &large_file,
-        MapOptions::new()
-            .page_size(4096)
-            .promote(PromoteKind::Always),
-    );
-    assert_same(&read_all(&small), &small_data, "small pages, first read");
-    let pages = small_data.len() / (64 << 10);
-    assert_eq!(small.resident_pages(), pages, "all small pages read");
-    let s = large.as_slice();
-    for chunk in 0..16 {
-        let at = chunk * 2 * MIB;
-        let done = rt.stats().promotions_done;
-        assert_eq!(s[at], large_data[at]);
-        wait("the range's promotion", || {
+    let opts = MapOptions::new()
+        .page_size(4096)
+        .promote(PromoteKind::Always);
+    beside_small_pages(rt, 32 * MIB, opts, |large, data| {
+        let s = large.as_slice();
+        for chunk in 0..16 {
+            let at = chunk * 2 * MIB;
+            let done = rt.stats().promotions_done;
+            assert_eq!(s[at], data[at]);
+            wait("the range's promotion", || {
+                let st = rt.stats();
+                st.promotions_done > done || st.promotions_refused > 0
+            });
             let st = rt.stats();
-            st.promotions_done > done || st.promotions_refused > 0
-        });
-        let st = rt.stats();
-        assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
-        assert_same(
-            &s[at..at + 2 * MIB],
-            &large_data[at..at + 2 * MIB],
-            &format!("promoted range {chunk}"),
-        );
-    }
-    let left = small.resident_pages();
-    let st = rt.stats();
-    assert!(large.promoted_ranges() > 0, "{st:?}");
-    (pages, left, st)
+            assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
+            assert_same(
+                &s[at..at + 2 * MIB],
+                &data[at..at + 2 * MIB],
+                &format!("promoted range {chunk}"),
+            );
+        }
+        assert!(large.promoted_ranges() > 0, "{:?}", rt.stats());
+    })
 }
 
 #[test]
