@@ -501,3 +501,53 @@ fn promoted_ranges_move_to_the_huge_page_pool() {
         "one pool: promotions should have evicted small pages ({left} of {pages} left): {st:?}"
     );
 }
+
+#[test]
+fn two_mib_pages_of_ordinary_memory_track_first_writes_through_eviction() {
+    let len = 24 * MIB;
+    let data = random_bytes(len, 91);
+    let (tmp, file) = rw_file_with(&data);
+    let mut model = data.clone();
+    // First with room for every page, then with room for a third of them.
+    for (round, cache) in [(0u8, 64 * MIB), (1, 8 * MIB)] {
+        let rt = Runtime::builder()
+            .cache_bytes(cache as u64)
+            .fillers(2)
+            .build()
+            .unwrap();
+        let mut m = map(
+            &rt,
+            &file,
+            MapOptions::new().page_size(2 * MIB).writable(true),
+        );
+        assert_same(m.as_slice(), &model, &format!("round {round}: read"));
+        // Writes to pages filled by reads (write-protected, so that the
+        // first write is seen) reach the file, through eviction too.
+        for (i, at) in (0..len).step_by(MIB + 4096).enumerate() {
+            let v = (i as u8).wrapping_add(round * 100);
+            m.as_mut_slice()[at] = v;
+            model[at] = v;
+        }
+        let st = rt.stats();
+        if round == 0 {
+            assert_eq!(st.evicted_pages, 0, "{st:?}");
+            assert_eq!(
+                st.wp_faults, 12,
+                "every page's first write was seen: {st:?}"
+            );
+        } else {
+            assert!(st.evicted_dirty_pages > 0, "{st:?}");
+        }
+        assert_same(
+            m.as_slice(),
+            &model,
+            &format!("round {round}: after writes"),
+        );
+        m.flush().unwrap();
+        assert_same(
+            &std::fs::read(tmp.path()).unwrap(),
+            &model,
+            &format!("round {round}: the file"),
+        );
+    }
+}
