@@ -391,17 +391,8 @@ impl Shared {
     /// Discards pages without writing them back (`Advice::DontNeed`),
     /// waiting for pages other threads are changing. Also clears poison.
     pub(crate) fn drop_pages(&self, region: &Region, pages: Range<usize>) -> Result<(), i32> {
-        if let Some(h) = &region.huge
-            && !pages.is_empty()
-        {
-            // The ranges lose pages: no longer promoted.
-            let cp = h.chunk_pages;
-            for c in pages.start / cp..=(pages.end - 1) / cp {
-                if h.chunk_of(c * cp).is_some() {
-                    self.demote(region, h, c);
-                }
-            }
-        }
+        // The ranges lose pages: no longer promoted.
+        self.demote_range(region, &pages);
         let mut freed = 0u64;
         for p in pages.clone() {
             loop {

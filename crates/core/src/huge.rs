@@ -245,9 +245,13 @@ impl HugeState {
             .count()
     }
 
-    /// The indices of every promotable range.
-    pub fn chunks(&self) -> Range<usize> {
-        0..self.chunks.len()
+    /// The promotable ranges holding any of `pages`.
+    fn chunks_of(&self, pages: &Range<usize>) -> Range<usize> {
+        if pages.is_empty() {
+            return 0..0;
+        }
+        let cp = self.chunk_pages;
+        pages.start / cp..((pages.end - 1) / cp + 1).min(self.chunks.len())
     }
 
     /// Records `Advice::Huge` (true) or `Advice::NoHuge` over `pages`.
@@ -452,6 +456,16 @@ impl Shared {
         }
     }
 
+    /// Demotes every promoted range holding any of `pages` (which are
+    /// about to leave), as [`demote`](Self::demote) does.
+    pub(crate) fn demote_range(&self, region: &Region, pages: &Range<usize>) {
+        if let Some(h) = &region.huge {
+            for c in h.chunks_of(pages) {
+                self.demote(region, h, c);
+            }
+        }
+    }
+
     /// Marks a promoted range ordinary again; true if it was promoted. A
     /// range charged to the huge-page pool moves its 2 MiB back to its
     /// region's pool (all its pages are resident: every path that takes a
@@ -604,6 +618,13 @@ mod tests {
         assert!(!h.is_promoted(1) && h.begin(1));
         h.abandon(1);
         assert!(h.begin(1), "an abandoned claim can be taken again");
+        assert_eq!(h.chunks_of(&(600..1100)), 1..3);
+        assert_eq!(h.chunks_of(&(1500..1600)), 2..3);
+        assert!(
+            h.chunks_of(&(1540..1600)).is_empty(),
+            "past the last whole range"
+        );
+        assert_eq!(h.chunks_of(&(5..5)), 0..0);
         h.set_advice(0..1024, true);
         h.set_advice(512..600, false);
         assert_eq!(h.advice_for(10), Some(true));

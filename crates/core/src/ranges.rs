@@ -94,12 +94,7 @@ impl Shared {
         };
         // The ranges lose pages: no longer promoted (their charge, if in
         // the huge-page pool, comes back to the region's pool first).
-        if let Some(h) = &region.huge {
-            let cp = h.chunk_pages;
-            for c in (pages.start / cp..=(pages.end - 1) / cp).filter(|&c| c < h.chunks().end) {
-                self.demote(region, h, c);
-            }
-        }
+        self.demote_range(region, &pages);
         let mut dirty = Vec::new();
         let mut resident = 0usize;
         for p in pages.clone() {

@@ -960,11 +960,7 @@ impl Shared {
         }
         // Ranges charged to the huge-page pool come back to the region's
         // pool, which then releases every resident page.
-        if let Some(h) = &region.huge {
-            for c in h.chunks() {
-                self.demote(region, h, c);
-            }
-        }
+        self.demote_range(region, &(0..region.pages.len()));
         let resident = region.pages.count_resident();
         let pinned = region.pages.count_pinned();
         // Unregistering wakes any thread still blocked on the range. Pages

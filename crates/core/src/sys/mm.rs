@@ -122,9 +122,10 @@ static VECTORED_DONTNEED: std::sync::atomic::AtomicU8 = std::sync::atomic::Atomi
 /// per range flushes (and interrupts every other CPU running the process)
 /// once per range. Measured here (Linux 6.18, 2 vCPUs, another thread of
 /// the process running): 512 single-page ranges took 6-16 ms as 512
-/// `madvise` calls and 0.43 ms as one `process_madvise`. Returns how many leading bytes of
-/// `ranges`, in order, were discarded; the caller discards the rest one
-/// range at a time (all of them where the kernel lacks the call).
+/// `madvise` calls and 0.43 ms as one `process_madvise`. Returns how many
+/// leading bytes of `ranges`, in order, were discarded; the caller
+/// discards the rest one range at a time (all of them where the kernel
+/// lacks the call).
 pub(crate) fn discard_many(ranges: &[libc::iovec]) -> usize {
     use std::sync::atomic::Ordering::Relaxed;
     if ranges.len() < 2 || VECTORED_DONTNEED.load(Relaxed) == 2 {
