@@ -49,7 +49,8 @@ pub enum Error {
     #[error("this kernel's userfaultfd lacks {0}")]
     Unsupported(&'static str),
 
-    /// A writable mapping of a store opened read-only.
+    /// A writable mapping of a store opened read-only, or a write
+    /// ([`Mapping::write_at`](crate::Mapping::write_at)) to one.
     #[error("the store is read-only; open the file read-write or map it read-only")]
     ReadOnlyStore,
 

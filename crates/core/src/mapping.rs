@@ -163,14 +163,31 @@ impl MapOptions {
 /// [`as_slice`](Mapping::as_slice) and [`as_mut_slice`](Mapping::as_mut_slice)
 /// borrow the mapping, so safe Rust cannot unmap it or write to it while a
 /// slice lives, and cannot hold a shared and a mutable slice at once. The
-/// bytes are those of the store when umio reads them: like `mmap`, the
-/// mapping does not forbid other processes, or other mappings of the same
-/// file, from changing the store underneath, and a region does not see
-/// changes made through another region until it reads the page again
-/// (after eviction or [`Advice::DontNeed`]). Do not map one range of a file
-/// writable twice, or write the file behind a writable mapping: the last
-/// write-back wins. Pointers from [`as_ptr`](Mapping::as_ptr) are valid
-/// until the mapping is unmapped.
+/// bytes are those of the store when umio reads them. Pointers from
+/// [`as_ptr`](Mapping::as_ptr) are valid until the mapping is unmapped.
+///
+/// # Coherence
+/// A kernel `mmap` of a file is coherent with `read(2)` and `write(2)`
+/// because both go through the kernel's page cache. A umio mapping caches
+/// pages in umio, so the program that writes or reads a file it also maps
+/// by other means says so:
+/// - To write the file: [`write_at`](Mapping::write_at), which writes the
+///   mapping's dirty pages in the range back first, writes the store, and
+///   drops the mapping's pages there so that it shows the new bytes. Or,
+///   around a write of your own (`pwrite` on the file):
+///   [`write_back_range`](Mapping::write_back_range) before it and
+///   [`invalidate_range`](Mapping::invalidate_range) after it.
+/// - To read the file with `read(2)` and see what was written through the
+///   mapping: [`write_back_range`](Mapping::write_back_range) first.
+/// - Another mapping of the same file (in this process or another) does
+///   not see a write until it reads the page again: after eviction, after
+///   [`invalidate_range`](Mapping::invalidate_range), or after
+///   [`Advice::DontNeed`]. Two writable mappings of one range: the last
+///   write-back wins.
+///
+/// Programs run through the `LD_PRELOAD` shim get this for free: it
+/// interposes the `write` and `read` families of system calls and keeps
+/// every umio mapping of a file coherent with them (see the README).
 ///
 /// # Fork
 /// A region is not inherited by a child process (`MADV_DONTFORK`): in the
@@ -294,6 +311,84 @@ impl Mapping {
     pub fn flush_range(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&range)?;
         self.rt.shared().writeback(&self.region, pages)
+    }
+
+    /// Writes the dirty pages overlapping `range` (bytes) to the store,
+    /// without syncing it: once this returns, a `read(2)` of the file sees
+    /// what was written through the mapping. Pages taken out by
+    /// [`unmap_range`](Mapping::unmap_range) are skipped. A failed write
+    /// leaves its pages dirty and is returned with its offset.
+    ///
+    /// Call it before reading the store behind a mapping by other means
+    /// (`pread` of the mapped file); see [coherence](Mapping#coherence).
+    pub fn write_back_range(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_within(&range)?;
+        let shared = self.rt.shared();
+        for part in self.mapped_parts(&pages) {
+            shared.write_dirty(&self.region, part)?;
+        }
+        Ok(())
+    }
+
+    /// The store changed behind `range` (bytes): writes the dirty pages
+    /// overlapping it back (without syncing), then drops every page
+    /// overlapping it, so that the next access reads the store again. Pages
+    /// taken out by [`unmap_range`](Mapping::unmap_range) are skipped;
+    /// pinned pages stay pinned and are read again on their next access.
+    /// If a write-back fails, nothing is dropped and the error is returned
+    /// (its pages stay dirty).
+    ///
+    /// Call it after writing the store behind a mapping by other means
+    /// (`pwrite` of the mapped file), or use [`write_at`](Mapping::write_at),
+    /// which does both; see [coherence](Mapping#coherence).
+    pub fn invalidate_range(&self, range: Range<usize>) -> Result<()> {
+        let pages = self.pages_within(&range)?;
+        let shared = self.rt.shared();
+        let parts = self.mapped_parts(&pages);
+        for part in &parts {
+            shared.write_dirty(&self.region, part.clone())?;
+        }
+        for part in parts {
+            shared
+                .drop_pages(&self.region, part)
+                .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` to the store at byte `offset` of the mapping, as
+    /// `pwrite(2)` of a kernel-mapped file does: dirty pages overlapping
+    /// the range are written back first (nothing written through the
+    /// mapping is lost), then `buf` goes to the store, then the pages
+    /// overlapping the range are dropped, so that the mapping shows the
+    /// new bytes on its next access. The store is not synced (call
+    /// [`flush`](Mapping::flush) for durability).
+    ///
+    /// The mapping itself need not be writable; the store must be
+    /// ([`Error::ReadOnlyStore`]). The range must lie within the mapping.
+    ///
+    /// Other mappings of the same file do not see the write until they
+    /// [`invalidate_range`](Mapping::invalidate_range) it.
+    pub fn write_at(&self, offset: usize, buf: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(buf.len())
+            .ok_or(Error::InvalidArgument("range outside the mapping"))?;
+        let range = offset..end;
+        let pages = self.pages_within(&range)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !self.region.store.is_writable() {
+            return Err(Error::ReadOnlyStore);
+        }
+        if self.region.intersects_hole(&pages) {
+            return Err(Error::NotMapped);
+        }
+        self.write_back_range(range.clone())?;
+        self.region
+            .store
+            .write_at(self.region.offset + offset as u64, buf)?;
+        self.invalidate_range(range)
     }
 
     /// Writes back, unmaps, and returns the write-back's error if any. The
@@ -553,6 +648,29 @@ impl Mapping {
     /// The runtime this mapping belongs to.
     pub fn runtime(&self) -> &Runtime {
         &self.rt
+    }
+
+    /// Pages overlapping a byte range within the mapping, holes left by
+    /// [`unmap_range`](Mapping::unmap_range) included.
+    fn pages_within(&self, range: &Range<usize>) -> Result<Range<usize>> {
+        if range.start > range.end || range.end > self.region.len {
+            return Err(Error::InvalidArgument("range outside the mapping"));
+        }
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
+        let ps = self.region.page_size;
+        Ok(range.start / ps..range.end.div_ceil(ps))
+    }
+
+    /// The parts of `pages` still mapped.
+    fn mapped_parts(&self, pages: &Range<usize>) -> Vec<Range<usize>> {
+        self.region
+            .mapped_ranges()
+            .into_iter()
+            .map(|r| r.start.max(pages.start)..r.end.min(pages.end))
+            .filter(|r| !r.is_empty())
+            .collect()
     }
 
     /// Pages overlapping a byte range, which must lie within the mapping

@@ -92,6 +92,28 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if let Err(e) = self.write_dirty(region, pages) {
+            first.get_or_insert(e);
+        }
+        if let Err(e) = region.store.sync() {
+            first.get_or_insert(e);
+        }
+        match first {
+            Some(e) => Err(Error::Store(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every page of `pages` dirty when called to the store, waiting
+    /// for write-backs other threads have under way, without syncing: once
+    /// it returns, the store's readers see the bytes. Returns the first
+    /// failure; failed pages stay dirty.
+    pub(crate) fn write_dirty(
+        &self,
+        region: &Region,
+        pages: Range<usize>,
+    ) -> std::result::Result<(), StoreError> {
+        let mut first: Option<StoreError> = None;
         let max_run = (MAX_WRITE / region.page_size).max(1);
         let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
         let mut runs: Vec<Range<usize>> = Vec::new();
@@ -144,11 +166,8 @@ impl Shared {
                 }
             }
         }
-        if let Err(e) = region.store.sync() {
-            first.get_or_insert(e);
-        }
         match first {
-            Some(e) => Err(Error::Store(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

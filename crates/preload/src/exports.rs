@@ -5,8 +5,9 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use libc::{c_int, c_void, off_t, size_t};
+use libc::{c_int, c_void, off_t, size_t, ssize_t};
 
+use crate::coherence::{self, At};
 use crate::runtime::Errno;
 use crate::{heap, maps, sys};
 
@@ -242,4 +243,472 @@ pub unsafe extern "C" fn mremap(
             }
         }
     })
+}
+
+// ---- The read and write families: coherent with umio's mappings of the
+// same file (`coherence.rs`). Each goes straight to the kernel while the
+// process has no umio mapping. ----
+
+/// Most entries of an `iovec` array (`UIO_MAXIOV`).
+const IOV_MAX: c_int = 1024;
+
+/// Total bytes of an `iovec` array, as far as the caller's count is sane
+/// (the kernel rejects the rest with `EINVAL`).
+///
+/// # Safety
+/// With `0 < cnt <= IOV_MAX`, `iov` points to `cnt` `iovec`s.
+unsafe fn iov_len(iov: *const libc::iovec, cnt: c_int) -> usize {
+    if iov.is_null() || cnt <= 0 || cnt > IOV_MAX {
+        return 0;
+    }
+    // SAFETY: the caller's array of `cnt` entries, as the kernel reads it.
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    v.iter().fold(0usize, |a, e| a.saturating_add(e.iov_len))
+}
+
+/// `write(2)`.
+///
+/// # Safety
+/// As `write(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_write, fd, buf, n) as ssize_t };
+    if !maps::any() {
+        return kernel();
+    }
+    boundary(-1, kernel, || coherence::write(fd, At::Position, n, kernel))
+}
+
+/// `pwrite(2)`.
+///
+/// # Safety
+/// As `pwrite(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) as ssize_t };
+    if !maps::any() || off < 0 {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        coherence::write(fd, At::Offset(off as u64), n, kernel)
+    })
+}
+
+/// `pwrite64(2)`: `pwrite` (`off_t` is 64 bits here).
+///
+/// # Safety
+/// As `pwrite(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { pwrite(fd, buf, n, off) }
+}
+
+/// `writev(2)`.
+///
+/// # Safety
+/// As `writev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_writev, fd, iov, cnt) as ssize_t };
+    if !maps::any() {
+        return kernel();
+    }
+    // SAFETY: the caller's iovec array.
+    let n = unsafe { iov_len(iov, cnt) };
+    boundary(-1, kernel, || coherence::write(fd, At::Position, n, kernel))
+}
+
+/// `pwritev2(2)`; `pwritev` and the `64` names are the same call. An
+/// offset of -1 writes at the descriptor's position; `RWF_APPEND` at the
+/// end of the file.
+///
+/// # Safety
+/// As `pwritev2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it (the offset's high half is
+    // 0 on a 64-bit kernel).
+    let kernel =
+        || unsafe { libc::syscall(libc::SYS_pwritev2, fd, iov, cnt, off, 0, flags) as ssize_t };
+    if !maps::any() || off < -1 {
+        return kernel();
+    }
+    // SAFETY: the caller's iovec array.
+    let n = unsafe { iov_len(iov, cnt) };
+    let at = if flags & libc::RWF_APPEND != 0 {
+        At::End
+    } else {
+        At::or_position(off)
+    };
+    boundary(-1, kernel, || coherence::write(fd, at, n, kernel))
+}
+
+/// `pwritev64v2(2)`: [`pwritev2`].
+///
+/// # Safety
+/// As `pwritev2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { pwritev2(fd, iov, cnt, off, flags) }
+}
+
+/// `pwritev(2)`: [`pwritev2`] without flags (an offset below 0 is
+/// `EINVAL`, not the position).
+///
+/// # Safety
+/// As `pwritev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    if off < 0 {
+        sys::set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: same contract.
+    unsafe { pwritev2(fd, iov, cnt, off, 0) }
+}
+
+/// `pwritev64(2)`: [`pwritev`].
+///
+/// # Safety
+/// As `pwritev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { pwritev(fd, iov, cnt, off) }
+}
+
+/// `read(2)`.
+///
+/// # Safety
+/// As `read(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t };
+    if !maps::any() {
+        return kernel();
+    }
+    boundary(-1, kernel, || coherence::read(fd, At::Position, n, kernel))
+}
+
+/// `pread(2)`.
+///
+/// # Safety
+/// As `pread(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_pread64, fd, buf, n, off) as ssize_t };
+    if !maps::any() || off < 0 {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        coherence::read(fd, At::Offset(off as u64), n, kernel)
+    })
+}
+
+/// `pread64(2)`: `pread`.
+///
+/// # Safety
+/// As `pread(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { pread(fd, buf, n, off) }
+}
+
+/// `readv(2)`.
+///
+/// # Safety
+/// As `readv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_readv, fd, iov, cnt) as ssize_t };
+    if !maps::any() {
+        return kernel();
+    }
+    // SAFETY: the caller's iovec array.
+    let n = unsafe { iov_len(iov, cnt) };
+    boundary(-1, kernel, || coherence::read(fd, At::Position, n, kernel))
+}
+
+/// `preadv2(2)`; `preadv` and the `64` names are the same call. An offset
+/// of -1 reads at the descriptor's position.
+///
+/// # Safety
+/// As `preadv2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel =
+        || unsafe { libc::syscall(libc::SYS_preadv2, fd, iov, cnt, off, 0, flags) as ssize_t };
+    if !maps::any() || off < -1 {
+        return kernel();
+    }
+    // SAFETY: the caller's iovec array.
+    let n = unsafe { iov_len(iov, cnt) };
+    boundary(-1, kernel, || {
+        coherence::read(fd, At::or_position(off), n, kernel)
+    })
+}
+
+/// `preadv64v2(2)`: [`preadv2`].
+///
+/// # Safety
+/// As `preadv2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { preadv2(fd, iov, cnt, off, flags) }
+}
+
+/// `preadv(2)`: [`preadv2`] without flags.
+///
+/// # Safety
+/// As `preadv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    if off < 0 {
+        sys::set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: same contract.
+    unsafe { preadv2(fd, iov, cnt, off, 0) }
+}
+
+/// `preadv64(2)`: [`preadv`].
+///
+/// # Safety
+/// As `preadv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { preadv(fd, iov, cnt, off) }
+}
+
+/// Where a call that takes an optional offset pointer reads or writes.
+///
+/// # Safety
+/// `off` is null or points to an offset.
+unsafe fn at_ptr(off: *const libc::loff_t) -> At {
+    if off.is_null() {
+        At::Position
+    } else {
+        // SAFETY: the caller's offset, as the kernel reads it.
+        At::or_position(unsafe { off.read() })
+    }
+}
+
+/// `copy_file_range(2)`: the source is read, the destination written.
+///
+/// # Safety
+/// As `copy_file_range(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe {
+        libc::syscall(
+            libc::SYS_copy_file_range,
+            fd_in,
+            off_in,
+            fd_out,
+            off_out,
+            len,
+            flags,
+        ) as ssize_t
+    };
+    if !maps::any() {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        // SAFETY: the caller's offsets, null or valid.
+        let (at_in, at_out) = unsafe { (at_ptr(off_in), at_ptr(off_out)) };
+        coherence::before_read(fd_in, at_in, len)?;
+        coherence::write(fd_out, at_out, len, kernel)
+    })
+}
+
+/// `sendfile(2)`: the source is read; a file as the destination is
+/// written at its position.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel =
+        || unsafe { libc::syscall(libc::SYS_sendfile, out_fd, in_fd, offset, count) as ssize_t };
+    if !maps::any() {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        // SAFETY: the caller's offset, null or valid.
+        let at_in = unsafe { at_ptr(offset) };
+        coherence::before_read(in_fd, at_in, count)?;
+        coherence::write(out_fd, At::Position, count, kernel)
+    })
+}
+
+/// `sendfile64(2)`: [`sendfile`].
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: same contract.
+    unsafe { sendfile(out_fd, in_fd, offset, count) }
+}
+
+/// `ftruncate(2)`.
+///
+/// # Safety
+/// As `ftruncate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_ftruncate, fd, len) as c_int };
+    if !maps::any() || len < 0 {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        coherence::truncate_fd(fd, len as u64, kernel)
+    })
+}
+
+/// `ftruncate64(2)`: [`ftruncate`].
+///
+/// # Safety
+/// As `ftruncate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: same contract.
+    unsafe { ftruncate(fd, len) }
+}
+
+/// `truncate(2)`.
+///
+/// # Safety
+/// As `truncate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate(path: *const libc::c_char, len: off_t) -> c_int {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_truncate, path, len) as c_int };
+    if !maps::any() || len < 0 || path.is_null() {
+        return kernel();
+    }
+    boundary(-1, kernel, || {
+        coherence::truncate_path(path, len as u64, kernel)
+    })
+}
+
+/// `truncate64(2)`: [`truncate`].
+///
+/// # Safety
+/// As `truncate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate64(path: *const libc::c_char, len: off_t) -> c_int {
+    // SAFETY: same contract.
+    unsafe { truncate(path, len) }
+}
+
+/// `fallocate(2)`: punching a hole, zeroing, collapsing or inserting a
+/// range changes the file's bytes; allocating alone does not.
+///
+/// # Safety
+/// As `fallocate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: forwarded as the caller gave it.
+    let kernel = || unsafe { libc::syscall(libc::SYS_fallocate, fd, mode, off, len) as c_int };
+    let changes = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+    let shifts = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+    if !maps::any() || off < 0 || len <= 0 || mode & (changes | shifts) == 0 {
+        return kernel();
+    }
+    // Collapsing or inserting moves every byte after the offset.
+    let span = if mode & shifts != 0 {
+        u64::MAX
+    } else {
+        len as u64
+    };
+    boundary(-1, kernel, || {
+        coherence::change(fd, off as u64, span, kernel)
+    })
+}
+
+/// `fallocate64(2)`: [`fallocate`].
+///
+/// # Safety
+/// As `fallocate(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: same contract.
+    unsafe { fallocate(fd, mode, off, len) }
 }

@@ -33,6 +33,7 @@
 // of use), so parts of it go unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod coherence;
 mod config;
 mod heap;
 mod maps;

@@ -41,6 +41,26 @@ pub(crate) struct Entry {
     pub writable: bool,
     pub store: Arc<dyn Store>,
     pub cow: Option<Arc<CopyOnWrite>>,
+    /// The file's identity (`st_dev`, `st_ino`): writes and reads of it
+    /// through any descriptor are kept coherent with the mapping
+    /// (`coherence.rs`).
+    pub file_id: FileId,
+}
+
+/// A file's identity: device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    pub(crate) fn of(st: &libc::stat) -> FileId {
+        FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
 }
 
 impl Entry {
@@ -150,6 +170,30 @@ impl Table {
         self.publish();
     }
 
+    /// The entries mapping the file `id` whose mapped part overlaps the
+    /// file's bytes `[from, to)`, each with that overlap relative to its
+    /// mapping.
+    pub(crate) fn mapping_file(
+        &self,
+        id: FileId,
+        from: u64,
+        to: u64,
+    ) -> Vec<(Arc<Entry>, Range<usize>)> {
+        let mut out: Vec<(Arc<Entry>, Range<usize>)> = Vec::new();
+        for s in &self.segs {
+            let e = &s.entry;
+            if e.file_id != id || out.iter().any(|(o, _)| Arc::ptr_eq(o, e)) {
+                continue;
+            }
+            let (start, end) = (e.offset, e.offset + e.mapping.len() as u64);
+            let (a, b) = (from.max(start), to.min(end));
+            if a < b {
+                out.push((e.clone(), (a - start) as usize..(b - start) as usize));
+            }
+        }
+        out
+    }
+
     /// Takes out every segment (a fork child's start).
     pub(crate) fn drain(&mut self) -> Vec<Segment> {
         let segs = std::mem::take(&mut self.segs);
@@ -193,8 +237,8 @@ fn checked_range(addr: usize, len: usize) -> Result<Range<usize>, Errno> {
     Ok(addr..end)
 }
 
-/// Whether `mmap(fd)` is one for umio, and with which store.
-fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> bool {
+/// Whether `mmap(fd)` is one for umio: the file's identity if so.
+fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Option<FileId> {
     let cfg = config();
     if cfg.paths.is_empty()
         || flags & libc::MAP_ANONYMOUS != 0
@@ -207,30 +251,30 @@ fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> bool 
         || prot & (libc::PROT_READ | libc::PROT_WRITE) == 0
         || flags & (libc::MAP_FIXED_NOREPLACE | libc::MAP_HUGETLB | libc::MAP_GROWSDOWN) != 0
     {
-        return false;
+        return None;
     }
     let kind = flags & 0x0f;
     if kind != libc::MAP_SHARED && kind != libc::MAP_PRIVATE && kind != libc::MAP_SHARED_VALIDATE {
-        return false;
+        return None;
     }
     // SAFETY: fstat writes the struct we pass.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above; a bad descriptor makes it fail.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return false;
+        return None;
     }
     let fmt = st.st_mode & libc::S_IFMT;
     if fmt != libc::S_IFREG && fmt != libc::S_IFBLK {
-        return false;
+        return None;
     }
     let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
-        return false;
+        return None;
     };
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
+        return None;
     };
-    cfg.selects(&path)
+    cfg.selects(&path).then(|| FileId::of(&st))
 }
 
 /// `mmap` of a file: `Ok(None)` if the shim leaves it to the kernel.
@@ -242,9 +286,9 @@ pub(crate) fn map(
     fd: c_int,
     off: i64,
 ) -> Result<Option<usize>, Errno> {
-    if !selected(len, prot, flags, fd, off) {
+    let Some(file_id) = selected(len, prot, flags, fd, off) else {
         return Ok(None);
-    }
+    };
     let Ok(rt) = runtime() else {
         return Ok(None);
     };
@@ -309,6 +353,7 @@ pub(crate) fn map(
         writable,
         store,
         cow,
+        file_id,
     });
     MAPPED.fetch_add(1, Ordering::Relaxed);
     MAPPED_BYTES.fetch_add(len_r, Ordering::Relaxed);
@@ -694,6 +739,7 @@ pub(crate) fn remap(
         writable: e.writable,
         store,
         cow,
+        file_id: e.file_id,
     });
     {
         let mut t = lock();
