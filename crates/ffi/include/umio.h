@@ -487,6 +487,46 @@ int umio_unmap(void *addr, size_t len);
 // dereferenced.
 int umio_flush(const void *addr, size_t len);
 
+// Writes `len` bytes from `buf` to the store behind `[addr, addr + len)`
+// of a umio mapping, as `pwrite(2)` of a kernel-mapped file does: the
+// mapping's dirty pages in the range are written back first (nothing
+// written through the mapping is lost), then `buf` goes to the store, then
+// the mapping's pages in the range are dropped, so that its next access
+// shows the new bytes. Use it, not `pwrite` on the file, to write a file
+// you also map (or call `umio_write_back` before and `umio_invalidate`
+// after your own write). The store is not synced: `umio_flush` does.
+// The mapping itself need not be writable; the file must be open for
+// writing. Returns 0, or -1 with errno `EINVAL` (`buf` null, `len` 0, or
+// the range not within one umio mapping), `EACCES` (a read-only store),
+// or the store's errno.
+//
+// # Safety
+// `buf` points to `len` readable bytes that do not overlap the mapping.
+int umio_pwrite(void *addr, const void *buf, size_t len);
+
+// Writes the dirty pages of `[addr, addr + len)` to the store without
+// syncing it, so that `read(2)` of the mapped file sees them; `len` 0:
+// from `addr` to the end of its mapping. Returns 0, or -1 with errno
+// `EINVAL` (not a range of one umio mapping) or the store's errno (the
+// failed pages stay dirty).
+//
+// # Safety
+// None: the address is looked up among umio's mappings, never
+// dereferenced.
+int umio_write_back(const void *addr, size_t len);
+
+// The file behind `[addr, addr + len)` changed by other means (a
+// `pwrite` of your own): writes the range's dirty pages back (without
+// syncing), then drops the pages overlapping it, so that the next access
+// reads the file again; `len` 0: to the end of the mapping. Returns 0, or
+// -1 with errno `EINVAL` (not a range of one umio mapping) or the store's
+// errno (nothing was dropped).
+//
+// # Safety
+// None: the address is looked up among umio's mappings, never
+// dereferenced.
+int umio_invalidate(const void *addr, size_t len);
+
 // Starts filling the pages of `[addr, addr + len)` in the background and
 // returns at once; `len` 0: to the end of the mapping. Returns 0, or -1
 // with errno `EINVAL`.

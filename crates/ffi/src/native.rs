@@ -355,6 +355,78 @@ pub unsafe extern "C" fn umio_flush(addr: *const c_void, len: usize) -> c_int {
     })
 }
 
+/// Writes `len` bytes from `buf` to the store behind `[addr, addr + len)`
+/// of a umio mapping, as `pwrite(2)` of a kernel-mapped file does: the
+/// mapping's dirty pages in the range are written back first (nothing
+/// written through the mapping is lost), then `buf` goes to the store, then
+/// the mapping's pages in the range are dropped, so that its next access
+/// shows the new bytes. Use it, not `pwrite` on the file, to write a file
+/// you also map (or call `umio_write_back` before and `umio_invalidate`
+/// after your own write). The store is not synced: `umio_flush` does.
+/// The mapping itself need not be writable; the file must be open for
+/// writing. Returns 0, or -1 with errno `EINVAL` (`buf` null, `len` 0, or
+/// the range not within one umio mapping), `EACCES` (a read-only store),
+/// or the store's errno.
+///
+/// # Safety
+/// `buf` points to `len` readable bytes that do not overlap the mapping.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_pwrite(addr: *mut c_void, buf: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        if buf.is_null() || len == 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        if range.len() != len {
+            return Err(Errno(libc::EINVAL));
+        }
+        // SAFETY: the caller's `len` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
+        m.write_at(range.start, bytes)?;
+        Ok(0)
+    })
+}
+
+/// Writes the dirty pages of `[addr, addr + len)` to the store without
+/// syncing it, so that `read(2)` of the mapped file sees them; `len` 0:
+/// from `addr` to the end of its mapping. Returns 0, or -1 with errno
+/// `EINVAL` (not a range of one umio mapping) or the store's errno (the
+/// failed pages stay dirty).
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_write_back(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.write_back_range(range)?;
+        Ok(0)
+    })
+}
+
+/// The file behind `[addr, addr + len)` changed by other means (a
+/// `pwrite` of your own): writes the range's dirty pages back (without
+/// syncing), then drops the pages overlapping it, so that the next access
+/// reads the file again; `len` 0: to the end of the mapping. Returns 0, or
+/// -1 with errno `EINVAL` (not a range of one umio mapping) or the store's
+/// errno (nothing was dropped).
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_invalidate(addr: *const c_void, len: usize) -> c_int {
+    ffi_boundary!(-1, {
+        let m = registry::get(addr)?;
+        let range = registry::relative(&m, addr, len)?;
+        m.invalidate_range(range)?;
+        Ok(0)
+    })
+}
+
 /// Starts filling the pages of `[addr, addr + len)` in the background and
 /// returns at once; `len` 0: to the end of the mapping. Returns 0, or -1
 /// with errno `EINVAL`.

@@ -167,6 +167,7 @@ c_tests! {
     backends, backends_sanitized: &[], "backends:";
     huge, huge_sanitized: &[], "huge:";
     user_mode_only, user_mode_only_sanitized: &[("UMIO_UFFD_MODE", "full")], "user_mode_only:";
+    coherence, coherence_sanitized: &[], "coherence: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails
