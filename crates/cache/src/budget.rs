@@ -7,9 +7,11 @@ use crate::sync::{AtomicU64, Ordering};
 /// in batches so that most fills touch only thread-local state.
 #[derive(Debug)]
 pub struct FrameBudget {
-    limit: u64,
-    high: u64,
-    low: u64,
+    limit: AtomicU64,
+    high: AtomicU64,
+    low: AtomicU64,
+    high_percent: u8,
+    low_percent: u8,
     used: AtomicU64,
 }
 
@@ -23,10 +25,34 @@ impl FrameBudget {
     pub fn new(limit: u64, high_percent: u8, low_percent: u8) -> FrameBudget {
         assert!(low_percent <= high_percent && high_percent <= 100);
         FrameBudget {
-            limit,
-            high: (limit as u128 * high_percent as u128 / 100) as u64,
-            low: (limit as u128 * low_percent as u128 / 100) as u64,
+            limit: AtomicU64::new(limit),
+            high: AtomicU64::new(percent_of(limit, high_percent)),
+            low: AtomicU64::new(percent_of(limit, low_percent)),
+            high_percent,
+            low_percent,
             used: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the limit (and the watermarks with it) at run time. Growing
+    /// makes room at once; after shrinking, the bytes used may exceed the
+    /// new limit until eviction brings them down: reservations fail until
+    /// then, and [`above_high`](FrameBudget::above_high) says so.
+    pub fn set_limit(&self, limit: u64) {
+        // Watermarks first when shrinking, limit first when growing, so
+        // that a reader never sees a watermark above the limit.
+        let (high, low) = (
+            percent_of(limit, self.high_percent),
+            percent_of(limit, self.low_percent),
+        );
+        if limit < self.limit() {
+            self.low.store(low, Ordering::Release);
+            self.high.store(high, Ordering::Release);
+            self.limit.store(limit, Ordering::Release);
+        } else {
+            self.limit.store(limit, Ordering::Release);
+            self.high.store(high, Ordering::Release);
+            self.low.store(low, Ordering::Release);
         }
     }
 
@@ -35,7 +61,8 @@ impl FrameBudget {
     pub fn try_reserve(&self, bytes: u64) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
-            let Some(new) = used.checked_add(bytes).filter(|&n| n <= self.limit) else {
+            let limit = self.limit.load(Ordering::Acquire);
+            let Some(new) = used.checked_add(bytes).filter(|&n| n <= limit) else {
                 return false;
             };
             match self
@@ -72,29 +99,34 @@ impl FrameBudget {
 
     /// The bound, in bytes.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit.load(Ordering::Acquire)
     }
 
     /// Use above which background eviction should run.
     pub fn high_water(&self) -> u64 {
-        self.high
+        self.high.load(Ordering::Acquire)
     }
 
     /// Use at which background eviction may stop.
     pub fn low_water(&self) -> u64 {
-        self.low
+        self.low.load(Ordering::Acquire)
     }
 
     /// Whether background eviction should run.
     #[inline]
     pub fn above_high(&self) -> bool {
-        self.used() > self.high
+        self.used() > self.high_water()
     }
 
     /// How many bytes eviction must free to reach the low watermark.
     pub fn excess_over_low(&self) -> u64 {
-        self.used().saturating_sub(self.low)
+        self.used().saturating_sub(self.low_water())
     }
+}
+
+/// `percent` % of `limit`, rounded down.
+fn percent_of(limit: u64, percent: u8) -> u64 {
+    (limit as u128 * percent as u128 / 100) as u64
 }
 
 /// Budget a thread has reserved ahead and not yet spent: fills take from it
@@ -160,6 +192,27 @@ mod tests {
         b.release(6000);
         assert_eq!(b.excess_over_low(), 0);
         assert!(!b.try_reserve(u64::MAX), "overflow is refused, not wrapped");
+    }
+
+    #[test]
+    fn set_limit_moves_the_bound_and_the_watermarks() {
+        let b = FrameBudget::new(10_000, 90, 70);
+        assert!(b.try_reserve(8000));
+        b.set_limit(4000);
+        assert_eq!(
+            (b.limit(), b.high_water(), b.low_water()),
+            (4000, 3600, 2800)
+        );
+        assert!(b.above_high(), "over the new bound until eviction");
+        assert!(!b.try_reserve(1), "no reservation while over the bound");
+        assert_eq!(b.excess_over_low(), 8000 - 2800);
+        b.release(5000);
+        assert!(b.try_reserve(1000));
+        assert!(!b.try_reserve(1));
+        b.set_limit(20_000);
+        assert_eq!((b.high_water(), b.low_water()), (18_000, 14_000));
+        assert!(b.try_reserve(16_000));
+        assert_eq!(b.used(), 20_000);
     }
 
     #[test]

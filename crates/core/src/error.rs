@@ -79,6 +79,18 @@ pub enum Error {
     #[error("pinning these pages would hold more than half of the cache")]
     PinLimit,
 
+    /// A cache bound too small for the pinned pages, which may hold at
+    /// most half of the cache: unpin first.
+    #[error(
+        "pinned pages ({pinned} bytes) would hold more than half of a cache of {requested} bytes; unpin first"
+    )]
+    BelowPinned {
+        /// Bytes pinned now.
+        pinned: u64,
+        /// The bound asked for.
+        requested: u64,
+    },
+
     /// The runtime was shut down; it maps nothing more.
     #[error("the runtime is shut down")]
     ShutDown,
@@ -107,6 +119,7 @@ impl Error {
             Error::Overlap => libc::EEXIST,
             Error::NotMapped => libc::EINVAL,
             Error::PinLimit => libc::ENOMEM,
+            Error::BelowPinned { .. } => libc::EBUSY,
             Error::HugePagesUnavailable => libc::ENOMEM,
         }
     }

@@ -766,6 +766,58 @@ impl Shared {
         }
     }
 
+    /// Sets the bound of the regular pool or of the huge-page pool.
+    pub fn set_pool_limit(&self, huge_pool: bool, bytes: u64) -> Result<()> {
+        // One change at a time: the checks below hold until it is made.
+        static RESIZING: Mutex<()> = Mutex::new(());
+        let _one = RESIZING.lock().unwrap_or_else(|e| e.into_inner());
+        let budget = if huge_pool {
+            &self
+                .huge
+                .as_ref()
+                .ok_or(Error::InvalidArgument("the runtime has no huge-page pool"))?
+                .budget
+        } else {
+            &self.budget
+        };
+        let min_page = if huge_pool {
+            HUGE_PAGE_SIZE
+        } else {
+            self.cfg.page_size
+        };
+        let largest = self
+            .regions
+            .load()
+            .all()
+            .iter()
+            .filter(|r| r.huge_pool == huge_pool)
+            .map(|r| r.page_size)
+            .max()
+            .unwrap_or(0)
+            .max(min_page);
+        if bytes < 4 * largest as u64 {
+            return Err(Error::InvalidArgument(
+                "the cache must hold at least 4 pages of the page size and of every region's",
+            ));
+        }
+        let pinned = self.pinned_bytes.load(Ordering::Acquire);
+        let total = self.total_limit() - budget.limit() + bytes;
+        if pinned > total / 2 {
+            return Err(Error::BelowPinned {
+                pinned,
+                requested: bytes,
+            });
+        }
+        let before = budget.limit();
+        budget.set_limit(bytes);
+        self.stats.cache_resizes.fetch_add(1, Ordering::Relaxed);
+        if bytes < before {
+            self.evict_signal.kick();
+        }
+        log::info!("umio: cache bound {before} -> {bytes} bytes");
+        Ok(())
+    }
+
     /// Both pools' bounds together.
     pub fn total_limit(&self) -> u64 {
         self.budget.limit() + self.huge.as_ref().map_or(0, |h| h.budget.limit())
@@ -992,6 +1044,8 @@ impl Shared {
         self.stats.snapshot(crate::stats::Gauges {
             resident_bytes: self.budget.used() + huge,
             huge_pool_bytes: huge,
+            cache_bytes: self.budget.limit(),
+            huge_cache_bytes: self.huge.as_ref().map_or(0, |h| h.budget.limit()),
             filler_windows: self
                 .spin
                 .windows_by_mode
@@ -1128,6 +1182,29 @@ impl Runtime {
     /// ([`Builder::huge_cache_bytes`]).
     pub fn huge_cache_bytes(&self) -> Option<u64> {
         self.inner.shared.huge.as_ref().map(|h| h.budget.limit())
+    }
+
+    /// Changes the cache bound (of the regular pool, when there is a
+    /// huge-page pool) while the runtime runs. Growing takes effect at
+    /// once. Shrinking returns at once too: the evictors bring the cache
+    /// down to the new bound in the background, dirty pages written back
+    /// first and pinned pages left alone; meanwhile a miss evicts for
+    /// itself (one batch) before it fills. [`Stats::cache_bytes`] shows the
+    /// bound, [`Stats::shrink_evicted_pages`] the eviction it caused.
+    ///
+    /// Errors, with nothing changed: [`Error::InvalidArgument`] if the
+    /// bound holds fewer than 4 pages of the runtime's page size or of a
+    /// region mapped in the pool now; [`Error::BelowPinned`] if pinned
+    /// pages would hold more than half of the cache.
+    pub fn set_cache_bytes(&self, bytes: u64) -> Result<()> {
+        self.inner.shared.set_pool_limit(false, bytes)
+    }
+
+    /// [`set_cache_bytes`](Runtime::set_cache_bytes) for the huge-page pool
+    /// ([`Builder::huge_cache_bytes`]): at least 4 huge pages (8 MiB).
+    /// [`Error::InvalidArgument`] if the runtime has no huge-page pool.
+    pub fn set_huge_cache_bytes(&self, bytes: u64) -> Result<()> {
+        self.inner.shared.set_pool_limit(true, bytes)
     }
 
     /// The default page size of new regions.

@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) struct Gauges {
     pub resident_bytes: u64,
     pub huge_pool_bytes: u64,
+    /// The pools' bounds now.
+    pub cache_bytes: u64,
+    pub huge_cache_bytes: u64,
     /// Windows sleeping, polling.
     pub filler_windows: [u64; 2],
     pub regions: u64,
@@ -31,6 +34,12 @@ macro_rules! counters {
             /// ([`Builder::huge_cache_bytes`](crate::Builder::huge_cache_bytes));
             /// 0 without one.
             pub huge_pool_bytes: u64,
+            /// The cache's bound now (of the regular pool, when there is a
+            /// huge-page pool): [`Runtime::set_cache_bytes`](crate::Runtime::set_cache_bytes)
+            /// and the automatic policy change it.
+            pub cache_bytes: u64,
+            /// The huge-page pool's bound now; 0 without one.
+            pub huge_cache_bytes: u64,
             /// Measurement windows (32 fault events each) in which the
             /// fillers slept between events, and in which one of them
             /// polled (see [`Builder::filler_spin`](crate::Builder::filler_spin)).
@@ -47,6 +56,8 @@ macro_rules! counters {
                     $($name: self.$name.load(Relaxed),)*
                     resident_bytes: now.resident_bytes,
                     huge_pool_bytes: now.huge_pool_bytes,
+                    cache_bytes: now.cache_bytes,
+                    huge_cache_bytes: now.huge_cache_bytes,
                     filler_sleep_windows: now.filler_windows[0],
                     filler_poll_windows: now.filler_windows[1],
                     regions: now.regions,
@@ -86,6 +97,14 @@ counters! {
     evicted_pages,
     /// Of those, pages that were dirty and written back first.
     evicted_dirty_pages,
+    /// Of `evicted_pages`, those evicted while a pool held more than its
+    /// bound: after the bound was lowered at run time.
+    shrink_evicted_pages,
+    /// Times a pool's bound was changed at run time (by
+    /// [`Runtime::set_cache_bytes`](crate::Runtime::set_cache_bytes),
+    /// [`Runtime::set_huge_cache_bytes`](crate::Runtime::set_huge_cache_bytes)
+    /// or the automatic policy).
+    cache_resizes,
     /// Store writes made by write-back (each covers a run of pages).
     writeback_ops,
     /// Bytes written back.
