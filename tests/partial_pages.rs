@@ -25,25 +25,28 @@ const K4: usize = 4096;
 /// Long enough for a debug build on a busy machine; a hang is forever.
 const DEADLINE: Duration = Duration::from_secs(20);
 
-/// Runs `f` on a thread and fails if it panics or outlives [`DEADLINE`]
-/// (the thread is then left blocked in its fault: the process's exit
-/// ends it).
-fn within_deadline(what: String, f: impl FnOnce() + Send + 'static) {
+/// Runs `f` on a thread: `Err` if it outlives [`DEADLINE`] (the thread is
+/// then left blocked in its fault; the caller must leak the mapping and
+/// runtime it touches, or unmapping them would crash it, and the process
+/// with it, before the failure is reported), its panic if it panics.
+fn within_deadline(what: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || {
         f();
         let _ = tx.send(());
     });
     match rx.recv_timeout(DEADLINE) {
-        Ok(()) => t.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = t.join() {
-                std::panic::resume_unwind(p);
-            }
+        Ok(()) => {
+            t.join().unwrap();
+            Ok(())
         }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{what}: did not complete within {DEADLINE:?} (a fault that never resolves)")
-        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => match t.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => Ok(()),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
+            "{what}: did not complete within {DEADLINE:?} (a fault that never resolves)"
+        )),
     }
 }
 
@@ -63,7 +66,7 @@ struct Case {
     app_mprotect: bool,
 }
 
-fn run_case(rt: &Runtime, c: Case) {
+fn run_case(rt: &Runtime, c: Case) -> Result<(), String> {
     let what = format!("{c:?}");
     let data = nonzero(c.len, c.len as u64 ^ c.page as u64);
     let (tmp, _) = common::rw_file_with(&data);
@@ -77,7 +80,7 @@ fn run_case(rt: &Runtime, c: Case) {
         .page_size(c.page)
         .writable(c.writable);
     let map = match rt.map_file(&file, opts) {
-        Err(Error::ReadOnlyStore) if c.writable && !c.fd_rw => return,
+        Err(Error::ReadOnlyStore) if c.writable && !c.fd_rw => return Ok(()),
         Err(e) => panic!("{what}: map failed: {e}"),
         Ok(_) if c.writable && !c.fd_rw => panic!("{what}: writable over a read-only fd"),
         Ok(m) => m,
@@ -95,7 +98,7 @@ fn run_case(rt: &Runtime, c: Case) {
     }
     let last_page = (c.len - 1) / c.page * c.page;
     let first = map.stats().fills;
-    within_deadline(what.clone(), move || {
+    let read = within_deadline(&what, move || {
         // SAFETY: [base + last_page, base + len_r) is mapped readable (the
         // mapping's last 4 KiB pages; past `len`, zero-filled).
         let tail = unsafe {
@@ -112,6 +115,10 @@ fn run_case(rt: &Runtime, c: Case) {
             "{c:?}: bytes past EOF in the last 4 KiB page read zero"
         );
     });
+    if read.is_err() {
+        std::mem::forget(map);
+        return read;
+    }
     assert!(
         map.stats().fills > first,
         "{what}: the last page was filled by umio"
@@ -132,10 +139,14 @@ fn run_case(rt: &Runtime, c: Case) {
             );
         }
         let at = base + c.len - 1;
-        within_deadline(format!("{what}: write"), move || {
+        let wrote = within_deadline(&format!("{what}: write"), move || {
             // SAFETY: the mapping's last byte, writable.
             unsafe { *(at as *mut u8) = 0 };
         });
+        if wrote.is_err() {
+            std::mem::forget(map);
+            return wrote;
+        }
         map.flush().unwrap();
         let mut want = nonzero(c.len, c.len as u64 ^ c.page as u64);
         want[c.len - 1] = 0;
@@ -147,6 +158,7 @@ fn run_case(rt: &Runtime, c: Case) {
         c.len as u64,
         "{what}"
     );
+    Ok(())
 }
 
 fn matrix(page: usize) {
@@ -156,7 +168,7 @@ fn matrix(page: usize) {
         for fd_rw in [false, true] {
             for len in [2 * page, 2 * page - 1, 2 * page + K4] {
                 for app_mprotect in [false, true] {
-                    run_case(
+                    let done = run_case(
                         &rt,
                         Case {
                             page,
@@ -166,6 +178,10 @@ fn matrix(page: usize) {
                             app_mprotect,
                         },
                     );
+                    if let Err(e) = done {
+                        std::mem::forget(rt);
+                        panic!("{e}");
+                    }
                 }
             }
         }
@@ -215,11 +231,16 @@ fn a_clean_page_dropped_behind_umios_back_is_filled_again() {
     );
     assert_eq!(rt.stats().no_progress_faults, 0);
     let want = data[page + 100];
-    within_deadline("touch after DONTNEED".into(), move || {
+    let touched = within_deadline("touch after DONTNEED", move || {
         // SAFETY: within the live mapping.
         let got = unsafe { std::ptr::read_volatile((base + page + 100) as *const u8) };
         assert_eq!(got, want);
     });
+    if let Err(e) = touched {
+        std::mem::forget(map);
+        std::mem::forget(rt);
+        panic!("{e}");
+    }
     let s = rt.stats();
     assert!(s.no_progress_faults >= 1, "{s:?}");
     assert!(map.stats().no_progress_faults >= 1);
