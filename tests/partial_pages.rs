@@ -90,11 +90,8 @@ fn run_case(rt: &Runtime, c: Case) -> Result<(), String> {
     if c.app_mprotect {
         // SAFETY: the mapping's own memory, made read-only; nothing
         // writes it until it is made writable again below.
-        assert_eq!(
-            unsafe { libc::mprotect(base as *mut libc::c_void, len_r, libc::PROT_READ) },
-            0,
-            "{what}"
-        );
+        let r = unsafe { libc::mprotect(base as *mut libc::c_void, len_r, libc::PROT_READ) };
+        assert_eq!(r, 0, "{what}");
     }
     let last_page = (c.len - 1) / c.page * c.page;
     let first = map.stats().fills;
@@ -126,17 +123,10 @@ fn run_case(rt: &Runtime, c: Case) -> Result<(), String> {
     assert_eq!(rt.stats().no_progress_faults, 0, "{what}");
     if c.writable {
         if c.app_mprotect {
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
             // SAFETY: back to read-write, which the region allows.
-            assert_eq!(
-                unsafe {
-                    libc::mprotect(
-                        base as *mut libc::c_void,
-                        len_r,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                    )
-                },
-                0
-            );
+            let r = unsafe { libc::mprotect(base as *mut libc::c_void, len_r, rw) };
+            assert_eq!(r, 0, "{what}");
         }
         let at = base + c.len - 1;
         let wrote = within_deadline(&format!("{what}: write"), move || {
@@ -219,16 +209,14 @@ fn a_clean_page_dropped_behind_umios_back_is_filled_again() {
     assert_eq!(map.as_slice()[page + 5], data[page + 5]);
     // SAFETY: the page is umio's, resident and clean; DONTNEED drops its
     // mapping (what this test is about), never the memory around it.
-    assert_eq!(
-        unsafe {
-            libc::madvise(
-                (base + page) as *mut libc::c_void,
-                page,
-                libc::MADV_DONTNEED,
-            )
-        },
-        0
-    );
+    let r = unsafe {
+        libc::madvise(
+            (base + page) as *mut libc::c_void,
+            page,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(r, 0);
     assert_eq!(rt.stats().no_progress_faults, 0);
     let want = data[page + 100];
     let touched = within_deadline("touch after DONTNEED", move || {
@@ -267,16 +255,14 @@ fn dirty_dropped_child() {
     map.as_mut_slice()[page + 5] = 0;
     let base = map.as_ptr() as usize;
     // SAFETY: as in the clean case; the page's change is lost.
-    assert_eq!(
-        unsafe {
-            libc::madvise(
-                (base + page) as *mut libc::c_void,
-                page,
-                libc::MADV_DONTNEED,
-            )
-        },
-        0
-    );
+    let r = unsafe {
+        libc::madvise(
+            (base + page) as *mut libc::c_void,
+            page,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(r, 0);
     println!("touching");
     // SAFETY: within the live mapping.
     let got = unsafe { std::ptr::read_volatile((base + page + 5) as *const u8) };

@@ -365,7 +365,9 @@ fn last_pages_of_every_kind_of_mapping_complete() {
             .collect();
         assert!(lines.len() >= 21, "{stderr}");
         assert!(
-            lines.iter().all(|l| l.contains(", 0 faults without progress")),
+            lines
+                .iter()
+                .all(|l| l.contains(", 0 faults without progress")),
             "{stderr}"
         );
     }
