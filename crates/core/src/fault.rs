@@ -198,12 +198,14 @@ impl Shared {
         }
         let page = region.page_of(addr);
         let write = flags & (PAGEFAULT_FLAG_WRITE | PAGEFAULT_FLAG_WP) != 0;
+        let missing = flags & PAGEFAULT_FLAG_WP == 0;
         loop {
             match region.pages.get(page) {
                 Observed::Busy(_) => {
                     // Another thread owns the page and wakes its waiters
                     // when done: the miss coalesces with its fill.
                     if region.pages.add_waiter(page) {
+                        self.progress.made(w.thread);
                         region.pages.mark_referenced(page);
                         self.policy_of(region)
                             .touched(region.key(page), Touch::Coalesced);
@@ -215,12 +217,23 @@ impl Shared {
                 }
                 Observed::Stable(PageState::Empty) => {
                     if region.pages.try_lock(page, PageState::Empty) {
+                        self.progress.made(w.thread);
                         self.fill_fault_in_slot(w, region, page, write);
                         return;
                     }
                 }
                 Observed::Stable(s @ (PageState::Clean | PageState::Dirty)) => {
-                    if !(write && region.writable) {
+                    // A missing-page fault on a page umio holds resident:
+                    // raised before a fill that beat this filler to it (the
+                    // thread retries and finds the page, or write-protect
+                    // faults), or, when the same thread keeps coming back,
+                    // the kernel dropped the page's mapping behind umio's
+                    // back.
+                    if missing || !region.writable {
+                        if missing && self.progress.stalled(w.thread, region.page_addr(page)) {
+                            self.unstick(region, page, s);
+                            return;
+                        }
                         self.stats.stale.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
                         self.uffd.wake(region.page_addr(page), region.page_size);
@@ -228,12 +241,65 @@ impl Shared {
                         return;
                     }
                     if region.pages.try_lock(page, s) {
+                        self.progress.made(w.thread);
                         self.make_writable(region, page, s);
                         self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
                         return;
                     }
                 }
             }
+        }
+    }
+
+    /// A thread faulted [`STUCK_AFTER`] times in a row on `page`, which
+    /// umio holds resident in state `was`, with nothing to install: the
+    /// kernel dropped the page's mapping (an `madvise(MADV_DONTNEED)` or
+    /// `MADV_FREE` umio did not make). A clean page is dropped, so that the
+    /// next fault fills it again; a dirty page's changes are lost, so it is
+    /// poisoned: the thread gets SIGBUS rather than the file's old bytes.
+    /// Logged and counted (`no_progress_faults`).
+    ///
+    /// [`STUCK_AFTER`]: crate::progress::STUCK_AFTER
+    fn unstick(&self, region: &Region, page: usize, was: PageState) {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        self.demote_range(region, &(page..page + 1));
+        if !region.pages.try_lock(page, was) {
+            // Changed meanwhile: the thread's next fault sees what it is.
+            self.uffd.wake(addr, ps);
+            return;
+        }
+        self.stats.no_progress_faults.fetch_add(1, Relaxed);
+        region.stats.no_progress_faults.fetch_add(1, Relaxed);
+        let dirty = was == PageState::Dirty;
+        log::error!(
+            "umio: a thread faulted {} times in a row on page {page} of region {} \
+             ({ps} bytes at {addr:#x}), which umio holds resident ({}): its mapping \
+             was dropped behind umio's back (madvise MADV_DONTNEED or MADV_FREE on \
+             umio memory?); {}",
+            crate::progress::STUCK_AFTER,
+            region.id,
+            if dirty { "dirty" } else { "clean" },
+            if dirty {
+                "its unwritten changes are lost: the page is poisoned and the thread gets SIGBUS"
+            } else {
+                "the page is dropped and filled again"
+            }
+        );
+        if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
+            log::error!("umio: MADV_DONTNEED failed: errno {e}");
+            let _ = region.pages.unlock(page, was);
+            self.uffd.wake(addr, ps);
+            return;
+        }
+        if dirty {
+            region.dirty.fetch_sub(1, Relaxed);
+        }
+        self.budget_of(region).release(ps as u64);
+        if dirty {
+            self.poison_and_release(region, page..page + 1);
+        } else {
+            let _ = region.pages.unlock(page, PageState::Empty);
+            self.uffd.wake(addr, ps);
         }
     }
 
@@ -256,7 +322,9 @@ impl Shared {
             .touched(region.key(page), Touch::FirstWrite);
         // DONTWAKE: the writer must not run (and, say, call `flush`) before
         // the page is counted dirty and unlocked.
-        let to = match self.uffd.writeprotect(addr, region.page_size, false, true) {
+        let to = match per_vma(addr, region.page_size, |at, n| {
+            self.uffd.writeprotect(at, n, false, true)
+        }) {
             Ok(()) => PageState::Dirty,
             Err(e) => {
                 log::error!("umio: UFFDIO_WRITEPROTECT (clear) failed: errno {e}");
@@ -319,10 +387,23 @@ impl Shared {
         // `flush` after a write) before the page's state is recorded.
         let copied = unsafe { self.install(addr, src, ps, wp, true) };
         if let Err(e) = copied {
-            log::error!("umio: UFFDIO_COPY failed: errno {e}");
             self.budget_of(region).release(ps as u64);
-            let _ = region.pages.unlock(page, PageState::Empty);
-            self.uffd.wake(addr, ps);
+            if region.is_closing() {
+                // Being unmapped: unregistering will release the thread.
+                let _ = region.pages.unlock(page, PageState::Empty);
+                self.uffd.wake(addr, ps);
+                return;
+            }
+            // Woken with the page still missing, the thread would fault
+            // again, and again: fail it loudly instead.
+            log::error!(
+                "umio: UFFDIO_COPY of page {page} of region {} ({ps} bytes at {addr:#x}) \
+                 failed: errno {e}; the faulting thread gets SIGBUS",
+                region.id
+            );
+            self.stats.no_progress_faults.fetch_add(1, Relaxed);
+            region.stats.no_progress_faults.fetch_add(1, Relaxed);
+            self.fail_fill(region, page..page + 1);
             return;
         }
         self.trace_step(Step::Installed);
@@ -429,7 +510,10 @@ impl Shared {
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
-    /// holds (EEXIST) and trying once more.
+    /// holds (EEXIST) and trying once more. A range the kernel refuses
+    /// because it spans several VMAs (an `mprotect` of part of a page, or
+    /// of part of a run, splits them) is copied in pieces, each within one
+    /// VMA and taking its protection (see [`per_vma`]).
     ///
     /// # Safety
     /// `src..src+len` must be readable.
@@ -441,17 +525,21 @@ impl Shared {
         wp: bool,
         dontwake: bool,
     ) -> Result<(), i32> {
-        // SAFETY: forwarded from the caller.
-        match unsafe { self.uffd.copy(dst, src, len, wp, dontwake) } {
-            Err(libc::EEXIST) => {
-                // We hold every page of the range busy and Empty, so a
-                // present page is stale: drop it and copy again.
-                mm::advise(dst, len, libc::MADV_DONTNEED)?;
-                // SAFETY: as above.
-                unsafe { self.uffd.copy(dst, src, len, wp, dontwake) }
+        per_vma(dst, len, |at, n| {
+            // SAFETY: `at - dst + n <= len`: within the caller's source.
+            let from = unsafe { src.add(at - dst) };
+            // SAFETY: forwarded from the caller, for this piece.
+            match unsafe { self.uffd.copy(at, from, n, wp, dontwake) } {
+                Err(libc::EEXIST) => {
+                    // We hold every page of the range busy and Empty, so a
+                    // present page is stale: drop it and copy again.
+                    mm::advise(at, n, libc::MADV_DONTNEED)?;
+                    // SAFETY: as above.
+                    unsafe { self.uffd.copy(at, from, n, wp, dontwake) }
+                }
+                r => r,
             }
-            r => r,
-        }
+        })
     }
 
     /// A fill failed: poison the pages so that the faulting threads get
@@ -460,10 +548,17 @@ impl Shared {
     /// (`Advice::DontNeed`) or the region is unmapped.
     fn fail_fill(&self, region: &Region, pages: Range<usize>) {
         self.stats.read_errors.fetch_add(1, Relaxed);
+        self.poison_and_release(region, pages);
+    }
+
+    /// Poisons `pages` (held busy, nothing installed) so that the threads
+    /// faulting on them get SIGBUS, unlocks them Empty and wakes those
+    /// threads.
+    fn poison_and_release(&self, region: &Region, pages: Range<usize>) {
         let addr = region.page_addr(pages.start);
         let len = pages.len() * region.page_size;
         if self.features.poison() {
-            if let Err(e) = self.uffd.poison(addr, len) {
+            if let Err(e) = per_vma(addr, len, |at, n| self.uffd.poison(at, n)) {
                 log::error!("umio: UFFDIO_POISON failed: errno {e}");
             }
         } else {
@@ -789,5 +884,102 @@ impl Shared {
             self.uffd
                 .wake(region.page_addr(run.start), run.len() * region.page_size);
         }
+    }
+}
+
+/// Runs `op` (a userfaultfd operation on a range) on `[dst, dst+len)`. The
+/// kernel refuses with ENOENT a range that is not within one VMA: a
+/// range of pages of one region is split into several when the
+/// application changed the protection of part of it, or unmapped part of
+/// it. Then `op` runs on pieces of the range, each as large as fits within
+/// one VMA (found by halving, down to 4 KiB), and 4 KiB pieces in no VMA
+/// of ours (unmapped: nothing can fault there) are skipped. `Err(ENOENT)`
+/// if no piece was done.
+pub(crate) fn per_vma(
+    dst: usize,
+    len: usize,
+    mut op: impl FnMut(usize, usize) -> Result<(), i32>,
+) -> Result<(), i32> {
+    const PIECE: usize = 4096;
+    match op(dst, len) {
+        Err(libc::ENOENT) if len > PIECE => {}
+        r => return r,
+    }
+    let end = dst + len;
+    let mut at = dst;
+    let mut n = (len / 2).next_multiple_of(PIECE);
+    let mut done = false;
+    while at < end {
+        let piece = n.min(end - at);
+        match op(at, piece) {
+            Ok(()) => {
+                at += piece;
+                done = true;
+                n = end - at;
+            }
+            Err(libc::ENOENT) if piece > PIECE => n = (piece / 2).next_multiple_of(PIECE),
+            Err(libc::ENOENT) => {
+                at += piece;
+                n = end - at;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if done { Ok(()) } else { Err(libc::ENOENT) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `per_vma` over fake VMAs: `op` fails with ENOENT unless its range
+    /// is within one of `vmas`; returns the pieces done.
+    fn pieces(
+        vmas: &[Range<usize>],
+        dst: usize,
+        len: usize,
+    ) -> (Result<(), i32>, Vec<Range<usize>>) {
+        let mut done = Vec::new();
+        let r = per_vma(dst, len, |at, n| {
+            if vmas.iter().any(|v| v.start <= at && at + n <= v.end) {
+                done.push(at..at + n);
+                Ok(())
+            } else {
+                Err(libc::ENOENT)
+            }
+        });
+        (r, done)
+    }
+
+    #[test]
+    fn per_vma_splits_at_vma_boundaries_and_skips_holes() {
+        let k = 4096;
+        // One VMA: one call.
+        let whole = vec![0..32 * k, 32 * k..64 * k];
+        let (r, done) = pieces(&whole, 0, 16 * k);
+        assert_eq!((r, done.len(), &done[0]), (Ok(()), 1, &(0..16 * k)));
+        // Split at 9 pages (an mprotect of 9 of 16 pages): every byte
+        // copied, each piece within one VMA.
+        let (r, done) = pieces(&[0..9 * k, 9 * k..64 * k], 0, 16 * k);
+        assert_eq!(r, Ok(()));
+        let mut at = 0;
+        for d in &done {
+            assert_eq!(d.start, at);
+            assert!(d.end <= 9 * k || d.start >= 9 * k, "{d:?} crosses");
+            at = d.end;
+        }
+        assert_eq!(at, 16 * k);
+        // A hole of one page (munmap'd) is skipped; the rest is done.
+        let (r, done) = pieces(&[0..5 * k, 6 * k..16 * k], 0, 16 * k);
+        assert_eq!(r, Ok(()));
+        let total: usize = done.iter().map(|d| d.len()).sum();
+        assert_eq!(total, 15 * k);
+        // Nothing mapped: ENOENT.
+        assert_eq!(pieces(&[], 0, 16 * k).0, Err(libc::ENOENT));
+        // Other errors are returned as they are.
+        assert_eq!(
+            per_vma(0, 16 * k, |_, _| Err(libc::EINVAL)),
+            Err(libc::EINVAL)
+        );
     }
 }

@@ -10,6 +10,7 @@ mod fault;
 mod huge;
 mod mapping;
 mod prefetch;
+mod progress;
 mod ranges;
 mod region;
 mod runtime;

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, PromoteKind};
 use crate::mapping::{MapOptions, Mapping};
 use crate::prefetch::PrefetchKind;
+use crate::progress::Progress;
 use crate::region::{Region, RegionTable};
 use crate::spin::{FillerWait, SpinTuner};
 use crate::stats::{Counters, Stats};
@@ -572,6 +573,7 @@ impl Builder {
             prefetch_jobs: Mutex::new(VecDeque::new()),
             prefetch_signal: Condvar::new(),
             stats: Counters::default(),
+            progress: Progress::new(),
             pinned_bytes: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             shutdown_fd,
@@ -728,6 +730,8 @@ pub(crate) struct Shared {
     pub prefetch_jobs: Mutex<VecDeque<PrefetchJob>>,
     pub prefetch_signal: Condvar,
     pub stats: Counters,
+    /// Faults resolved without progress, per thread.
+    pub progress: Progress,
     /// Bytes of pinned pages, bounded by half the cache.
     pub pinned_bytes: AtomicU64,
     pub shutdown: AtomicBool,

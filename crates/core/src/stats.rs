@@ -132,6 +132,15 @@ counters! {
     last_promotion_errno,
     /// Promoted ranges split back to small pages (a page evicted alone).
     demotions,
+    /// Faults that made no progress and that umio ended instead of letting
+    /// the thread fault forever: a fill the kernel refused to install
+    /// (the thread got SIGBUS), or a thread faulting again and again on a
+    /// page umio holds resident, whose mapping the kernel dropped behind
+    /// umio's back (say, the application's own `madvise(MADV_DONTNEED)`):
+    /// a clean page is dropped and filled again, a dirty one is poisoned
+    /// (SIGBUS: its changes are lost). Each is logged; 0 in a correct
+    /// program.
+    no_progress_faults,
 }
 
 macro_rules! region_counters {
@@ -174,4 +183,6 @@ region_counters! {
     bytes_read,
     /// Bytes written back to the store.
     bytes_written,
+    /// Faults that made no progress (see [`Stats::no_progress_faults`]).
+    no_progress_faults,
 }

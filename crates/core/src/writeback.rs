@@ -39,7 +39,11 @@ impl Shared {
         for (k, run) in runs.iter().enumerate() {
             let addr = region.page_addr(run.start);
             let span = run.len() * region.page_size;
-            if let Err(e) = self.uffd.writeprotect(addr, span, true, false) {
+            // Kernels before 6.5 refuse a range across VMAs: pieces then.
+            let protect = crate::fault::per_vma(addr, span, |at, n| {
+                self.uffd.writeprotect(at, n, true, false)
+            });
+            if let Err(e) = protect {
                 out.push(Err(StoreError::new(
                     StoreOp::Write,
                     region.store_offset(run.start),

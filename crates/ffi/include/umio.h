@@ -300,6 +300,13 @@ struct umio_stats {
   uint64_t bytes_read;
   // Bytes written to the store.
   uint64_t bytes_written;
+  // Faults that made no progress, which umio ended instead of letting
+  // the thread fault forever (the kernel refused a fill: SIGBUS; or the
+  // page's mapping was dropped behind umio's back, say by the
+  // application's own `madvise(MADV_DONTNEED)`: a clean page is filled
+  // again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
+  // 0 in a correct program.
+  uint64_t no_progress_faults;
 };
 
 // The runtime's configuration: see `umio_config_get`.

@@ -126,6 +126,13 @@ pub struct umio_stats {
     pub bytes_read: u64,
     /// Bytes written to the store.
     pub bytes_written: u64,
+    /// Faults that made no progress, which umio ended instead of letting
+    /// the thread fault forever (the kernel refused a fill: SIGBUS; or the
+    /// page's mapping was dropped behind umio's back, say by the
+    /// application's own `madvise(MADV_DONTNEED)`: a clean page is filled
+    /// again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
+    /// 0 in a correct program.
+    pub no_progress_faults: u64,
 }
 
 /// The runtime's configuration: see `umio_config_get`.
@@ -524,6 +531,7 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             writebacks: s.writebacks,
             bytes_read: s.bytes_read,
             bytes_written: s.bytes_written,
+            no_progress_faults: s.no_progress_faults,
         };
         // SAFETY: checked non-null and aligned; the caller promised it is
         // writable.

@@ -184,7 +184,8 @@ fn print_stats() {
         let s = rt.stats();
         out += &format!(
             "; cache {} MiB: {} faults, {} read misses, {} write misses, {} first writes, \
-             {} prefetched pages, {} MiB read, {} evicted pages ({} dirty), {} MiB written back",
+             {} prefetched pages, {} MiB read, {} evicted pages ({} dirty), {} MiB written back, \
+             {} faults without progress",
             rt.cache_bytes() >> 20,
             s.faults,
             s.read_misses,
@@ -194,7 +195,8 @@ fn print_stats() {
             s.bytes_read >> 20,
             s.evicted_pages,
             s.evicted_dirty_pages,
-            s.bytes_written >> 20
+            s.bytes_written >> 20,
+            s.no_progress_faults
         );
     }
     out.push('\n');

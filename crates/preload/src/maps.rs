@@ -336,8 +336,11 @@ pub(crate) fn map(
     let base = mapping.as_ptr() as usize;
     let span = len.next_multiple_of(mapping.page_size());
     if writable && prot & libc::PROT_WRITE == 0 {
+        // Whole umio pages, the padding past `len_r` included (an invisible
+        // segment with the same protection): one VMA per umio page, as a
+        // fill installs a page with one copy that must not cross VMAs.
         // SAFETY: the region is ours, just made; read-only for now.
-        if unsafe { sys::mprotect(base, len_r, prot) } != 0 {
+        if unsafe { sys::mprotect(base, span, prot) } != 0 {
             return Err(Errno(sys::errno()));
         }
     }
@@ -627,15 +630,33 @@ pub(crate) fn protect(addr: usize, len: usize, prot: c_int) -> Result<(), Errno>
             return Err(Errno(libc::EACCES));
         }
     }
+    // A range that reaches the end of a mapping takes the padding of its
+    // last umio page along (an invisible segment), so that the page stays
+    // one VMA. (Part of a umio page elsewhere splits it, as the
+    // application asked; umio then fills it in pieces.)
+    let mut umio_range = range.clone();
     for s in &segs {
-        // SAFETY: the range is a visible part of a umio region, whose
-        // region is writable whenever PROT_WRITE is asked.
+        let end = s.entry.base() + s.entry.len;
+        if s.range.end == end
+            && let Some(pad) = t
+                .segs
+                .iter()
+                .find(|p| !p.visible && p.range.start == end && Arc::ptr_eq(&p.entry, &s.entry))
+        {
+            umio_range.end = umio_range.end.max(pad.range.end);
+        }
+    }
+    let segs = t.overlapping(&umio_range);
+    for s in &segs {
+        // SAFETY: the range is a visible part of a umio region, or the
+        // padding after one, whose region is writable whenever PROT_WRITE
+        // is asked.
         if unsafe { sys::mprotect(s.range.start, s.range.len(), prot) } != 0 {
             return Err(Errno(sys::errno()));
         }
     }
     if !segs.is_empty() {
-        for mut s in t.take(&range) {
+        for mut s in t.take(&umio_range) {
             s.prot = prot;
             t.insert(s);
         }
@@ -724,8 +745,9 @@ pub(crate) fn remap(
     let span = new_len.next_multiple_of(mapping.page_size());
     let prot = segs[0].prot;
     if e.writable && prot & libc::PROT_WRITE == 0 {
+        // Whole umio pages, as in `map`.
         // SAFETY: our fresh region.
-        if unsafe { sys::mprotect(base, new_r, prot) } != 0 {
+        if unsafe { sys::mprotect(base, span, prot) } != 0 {
             return Err(Errno(sys::errno()));
         }
     }

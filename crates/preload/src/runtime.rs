@@ -69,6 +69,7 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
         .and_then(|b| b.build());
     match built {
         Ok(rt) => {
+            log_errors();
             slot.pid = sys::pid();
             slot.rt = Some(rt.clone());
             Ok(rt)
@@ -81,6 +82,33 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
             Err(Errno(e.errno()))
         }
     }
+}
+
+/// Prints umio's error records to standard error: what made it fail a
+/// fault with SIGBUS, say, which a program's user must see.
+struct ErrorLog;
+
+impl log::Log for ErrorLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Error
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let msg = record.args().to_string();
+            let msg = msg.strip_prefix("umio: ").unwrap_or(&msg);
+            sys::eprint(&format!("umio-preload: {msg}\n"));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn log_errors() {
+    static LOGGER: ErrorLog = ErrorLog;
+    // Fails only if set already (by an earlier runtime of this process).
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(log::LevelFilter::Error);
 }
 
 /// The runtime if it was started, without starting it.

@@ -442,3 +442,54 @@ fn fio_mmap_random_reads_verify_over_a_file_four_times_the_cache() {
     assert!(stat(&out, "read misses") > 0);
     assert!(stat(&out, "evicted pages") > 0, "32 MiB through 8 MiB");
 }
+
+/// The last page of a mapping first (issue 16: with 64 KiB umio pages, a
+/// read-only private mapping, or a shared one over a read-write
+/// descriptor, whose length was not a multiple of 64 KiB hung at its last
+/// page): the whole matrix of `tests/preload/last_page.c`, under the kernel
+/// and under the shim with 4 KiB, 64 KiB and 2 MiB pages. Each case runs in
+/// a child with a 20 s alarm.
+#[test]
+fn last_pages_of_every_kind_of_mapping_complete() {
+    let dir = scratch();
+    let exe = compile("last_page", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let data_dir = data.to_str().unwrap();
+    for page in [4usize << 10, 64 << 10, 2 << 20] {
+        let page_arg = page.to_string();
+        let kernel = run(&exe, &[data_dir, &page_arg], &[], false);
+        assert_ok(&kernel, "last_page under the kernel", "last_page ok");
+        let pattern = format!("{data_dir}/*");
+        let out = run(
+            &exe,
+            &[data_dir, &page_arg],
+            &[
+                ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+                ("UMIO_CACHE_BYTES", "64M"),
+                ("UMIO_PAGE_SIZE", &page_arg),
+                ("UMIO_STATS", "1"),
+                ("EXPECT_UMIO", "1"),
+            ],
+            true,
+        );
+        assert_ok(
+            &out,
+            &format!("last_page under the shim with {page}-byte pages"),
+            "last_page ok",
+        );
+        // The children's stats lines: every case was umio's, none stuck.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("umio-preload: pid"))
+            .collect();
+        assert!(lines.len() >= 21, "{stderr}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains(", 0 faults without progress")),
+            "{stderr}"
+        );
+    }
+}
