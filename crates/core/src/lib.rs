@@ -4,6 +4,7 @@
 //! See [`Runtime`] to start, [`Mapping`] for what a mapped region offers,
 //! and `docs/ARCHITECTURE.md` for how a fault is served.
 
+mod autosize;
 mod error;
 mod evict;
 mod fault;
@@ -28,8 +29,8 @@ pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
 pub use runtime::{
-    Builder, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, UffdMode, default_cache_bytes,
-    default_fillers, kernel_features,
+    Builder, DEFAULT_AUTO_SHARE, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, UffdMode,
+    default_cache_bytes, default_fillers, kernel_features,
 };
 pub use stats::{RegionStats, Stats};
 pub use trace::{FaultTrace, now as trace_clock};

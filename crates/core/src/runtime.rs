@@ -168,6 +168,8 @@ enum PolicySpec {
 /// Configuration of a [`Runtime`]; see [`Runtime::builder`].
 pub struct Builder {
     cache_bytes: Option<u64>,
+    /// `Some(share)`: the automatic bound ([`Builder::cache_bytes_auto`]).
+    cache_auto: Option<f64>,
     huge_cache_bytes: Option<u64>,
     page_size: usize,
     fillers: usize,
@@ -207,6 +209,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             cache_bytes: None,
+            cache_auto: None,
             huge_cache_bytes: None,
             page_size: 64 << 10,
             fillers: default_fillers(),
@@ -245,6 +248,21 @@ impl Builder {
     /// a quarter of physical memory, at most 4 GiB.
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = Some(bytes);
+        self.cache_auto = None;
+        self
+    }
+
+    /// An automatic cache bound: `share` (more than 0, at most 1) of the
+    /// memory left for umio, re-checked every second and on memory
+    /// pressure: the process's memory cgroup limit (v1 or v2) less the
+    /// cgroup's other memory, or without a limit the machine's available
+    /// memory. The cache shrinks (evicting in the background) when the
+    /// limit is lowered or other memory grows, and grows back. How it
+    /// decides: `docs/ARCHITECTURE.md`, "The automatic cache bound".
+    /// `UMIO_CACHE_BYTES=auto` (share 0.5) or `auto:0.7`.
+    pub fn cache_bytes_auto(mut self, share: f64) -> Self {
+        self.cache_auto = Some(share);
+        self.cache_bytes = None;
         self
     }
 
@@ -387,9 +405,15 @@ impl Builder {
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
         if let Some(v) = env_var("UMIO_CACHE_BYTES") {
-            self.cache_bytes = Some(
-                parse_size(&v).ok_or(Error::InvalidArgument("UMIO_CACHE_BYTES is not a size"))?,
-            );
+            let bad = Error::InvalidArgument("UMIO_CACHE_BYTES is not a size, auto or auto:SHARE");
+            match v.trim().strip_prefix("auto") {
+                Some("") => self = self.cache_bytes_auto(DEFAULT_AUTO_SHARE),
+                Some(share) => {
+                    let share = share.strip_prefix(':').ok_or(bad.clone())?;
+                    self = self.cache_bytes_auto(share.trim().parse().map_err(|_| bad)?);
+                }
+                None => self = self.cache_bytes(parse_size(&v).ok_or(bad)?),
+            }
         }
         if let Some(v) = env_var("UMIO_HUGE_CACHE_BYTES") {
             self.huge_cache_bytes = Some(parse_size(&v).ok_or(Error::InvalidArgument(
@@ -494,7 +518,19 @@ impl Builder {
     /// Checks the configuration, opens the userfaultfd and starts the
     /// threads.
     pub fn build(self) -> Result<Runtime> {
-        let cache_bytes = self.cache_bytes.unwrap_or_else(default_cache_bytes);
+        if let Some(share) = self.cache_auto
+            && !(share > 0.0 && share <= 1.0)
+        {
+            return Err(Error::InvalidArgument(
+                "the automatic cache share must be more than 0 and at most 1",
+            ));
+        }
+        let cache_bytes = match self.cache_auto {
+            Some(share) => crate::autosize::MemoryView::read()
+                .target(share, 0)
+                .max(4 * self.page_size as u64),
+            None => self.cache_bytes.unwrap_or_else(default_cache_bytes),
+        };
         validate_page_size(self.page_size)?;
         if self.fillers == 0 || self.fillers > 256 {
             return Err(Error::InvalidArgument("fillers must be 1 to 256"));
@@ -557,6 +593,7 @@ impl Builder {
                     None => FillerWait::Adaptive,
                 },
                 max_fault_events: self.max_fault_events,
+                cache_auto: self.cache_auto,
                 promote: self.promote,
                 fillers: self.fillers,
             },
@@ -609,6 +646,13 @@ impl Builder {
                     &mut threads,
                 )?;
             }
+            if shared.cfg.cache_auto.is_some() {
+                spawn(
+                    "umio-autosize".into(),
+                    crate::autosize::autosize_main,
+                    &mut threads,
+                )?;
+            }
             spawn(
                 "umio-prefetch".into(),
                 crate::fault::prefetch_main,
@@ -625,6 +669,9 @@ impl Builder {
         })
     }
 }
+
+/// The share of `UMIO_CACHE_BYTES=auto`.
+pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
 
 pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
     if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) || !bytes.is_multiple_of(MIN_PAGE_SIZE) {
@@ -657,6 +704,8 @@ pub(crate) struct Config {
     pub prefetch: PrefetchKind,
     /// Bytes a thread reserves from the budget at once.
     pub credit_batch: u64,
+    /// `Some(share)`: the automatic cache bound.
+    pub cache_auto: Option<f64>,
     /// How fillers wait for events.
     pub filler_wait: FillerWait,
     /// Fault events read at once.
@@ -784,22 +833,7 @@ impl Shared {
         } else {
             &self.budget
         };
-        let min_page = if huge_pool {
-            HUGE_PAGE_SIZE
-        } else {
-            self.cfg.page_size
-        };
-        let largest = self
-            .regions
-            .load()
-            .all()
-            .iter()
-            .filter(|r| r.huge_pool == huge_pool)
-            .map(|r| r.page_size)
-            .max()
-            .unwrap_or(0)
-            .max(min_page);
-        if bytes < 4 * largest as u64 {
+        if bytes < 4 * self.largest_page(huge_pool) as u64 {
             return Err(Error::InvalidArgument(
                 "the cache must hold at least 4 pages of the page size and of every region's",
             ));
@@ -820,6 +854,25 @@ impl Shared {
         }
         log::info!("umio: cache bound {before} -> {bytes} bytes");
         Ok(())
+    }
+
+    /// The largest page size a pool must hold 4 of: the runtime's default
+    /// (2 MiB for the huge-page pool) or a region's mapped in it now.
+    pub fn largest_page(&self, huge_pool: bool) -> usize {
+        let min_page = if huge_pool {
+            HUGE_PAGE_SIZE
+        } else {
+            self.cfg.page_size
+        };
+        self.regions
+            .load()
+            .all()
+            .iter()
+            .filter(|r| r.huge_pool == huge_pool)
+            .map(|r| r.page_size)
+            .max()
+            .unwrap_or(0)
+            .max(min_page)
     }
 
     /// Both pools' bounds together.

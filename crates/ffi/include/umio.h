@@ -605,6 +605,31 @@ int umio_config_set_page_size(size_t bytes);
 // None.
 int umio_config_set_cache_bytes(uint64_t bytes);
 
+// Changes the cache bound while the runtime runs (before the first
+// mapping: as `umio_config_set_cache_bytes`). Growing takes effect at
+// once; shrinking returns at once and the evictors bring the cache down
+// to the new bound in the background, writing dirty pages back first and
+// leaving pinned pages alone. Stops an automatic bound
+// (`umio_config_set_cache_auto`). Returns 0, or -1 with errno `EINVAL`
+// (fewer than 4 pages of the page size or of a mapped region's) or
+// `EBUSY` (pinned pages would hold more than half of the cache); nothing
+// changes then.
+//
+// # Safety
+// None.
+int umio_set_cache_bytes(uint64_t bytes);
+
+// An automatic cache bound: `share` (more than 0, at most 1; kept to a
+// thousandth) of the memory left for umio, following the process's memory
+// cgroup limit and the machine's memory pressure while it runs (see the
+// README, "A cache that follows memory"). Before the first mapping only;
+// replaces `umio_config_set_cache_bytes`. Returns 0, or -1 with errno
+// `EINVAL` (a share out of range) or `EBUSY` (the runtime runs).
+//
+// # Safety
+// None.
+int umio_config_set_cache_auto(double share);
+
 // A separate pool of `bytes` for huge pages (xmap's two pools): regions
 // of 2 MiB pages (hugetlbfs ones among them) and 2 MiB ranges promoted
 // to transparent huge pages are cached and evicted within it, so scans

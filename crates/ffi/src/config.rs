@@ -73,6 +73,9 @@ impl Eviction {
 pub(crate) struct Overrides {
     pub page_size: Option<usize>,
     pub cache_bytes: Option<u64>,
+    /// The automatic bound's share, in thousandths
+    /// (`umio_config_set_cache_auto`).
+    pub cache_auto: Option<u16>,
     pub huge_cache_bytes: Option<u64>,
     pub fillers: Option<usize>,
     pub evictors: Option<usize>,
@@ -88,6 +91,9 @@ pub(crate) struct Overrides {
 pub(crate) struct Settings {
     pub page_size: usize,
     pub cache_bytes: u64,
+    /// `Some(thousandths)`: the automatic bound, that share of the memory
+    /// left for umio; `cache_bytes` is then the bound it started with.
+    pub cache_auto: Option<u16>,
     /// The huge-page pool's bound (`UMIO_HUGE_CACHE_BYTES`); 0: none.
     pub huge_cache_bytes: u64,
     pub fillers: usize,
@@ -114,6 +120,9 @@ impl Settings {
             .prefetch(prefetch_kind(self.read_ahead))
             .max_fault_events(self.max_fault_events as usize)
             .uffd_mode(self.uffd_mode);
+        if let Some(share) = self.cache_auto {
+            builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
+        }
         if self.huge_cache_bytes > 0 {
             builder = builder.huge_cache_bytes(self.huge_cache_bytes);
         }
@@ -295,6 +304,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     Ok(Settings {
         page_size,
         cache_bytes,
+        cache_auto: o.cache_auto,
         huge_cache_bytes,
         fillers,
         evictors,
@@ -317,6 +327,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
     overrides: Overrides {
         page_size: None,
         cache_bytes: None,
+        cache_auto: None,
         huge_cache_bytes: None,
         fillers: None,
         evictors: None,
@@ -356,7 +367,14 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
 pub(crate) fn current() -> Result<(Settings, bool), Errno> {
     let lib = lib();
     match &lib.running {
-        Some((_, s)) => Ok((s.clone(), true)),
+        // The bound in force now (it changes at run time).
+        Some((rt, s)) => Ok((
+            Settings {
+                cache_bytes: rt.cache_bytes(),
+                ..s.clone()
+            },
+            true,
+        )),
         None => Ok((resolve(&ProcessEnv, &lib.overrides)?, false)),
     }
 }
@@ -385,6 +403,25 @@ pub(crate) fn user_mode_only() -> Result<bool, Errno> {
 /// what `change` returns (a replaced value), to be dropped by the caller
 /// once the lock is released: dropping a policy written in C calls its
 /// `release`, which is then free to call umio.
+/// Changes the cache bound: of the running runtime (at once, see
+/// `Runtime::set_cache_bytes`), or before the first mapping the one it
+/// will start with.
+pub(crate) fn set_cache_bytes(bytes: u64) -> Result<(), Errno> {
+    let mut lib = lib();
+    match &mut lib.running {
+        Some((rt, settings)) => {
+            rt.set_cache_bytes(bytes)?;
+            settings.cache_bytes = bytes;
+            settings.cache_auto = None;
+        }
+        None => {
+            lib.overrides.cache_bytes = Some(bytes);
+            lib.overrides.cache_auto = None;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn set<R>(change: impl FnOnce(&mut Overrides) -> R) -> Result<R, Errno> {
     let mut lib = lib();
     if lib.running.is_some() {

@@ -608,6 +608,53 @@ pub unsafe extern "C" fn umio_config_set_cache_bytes(bytes: u64) -> c_int {
     })
 }
 
+/// Changes the cache bound while the runtime runs (before the first
+/// mapping: as `umio_config_set_cache_bytes`). Growing takes effect at
+/// once; shrinking returns at once and the evictors bring the cache down
+/// to the new bound in the background, writing dirty pages back first and
+/// leaving pinned pages alone. Stops an automatic bound
+/// (`umio_config_set_cache_auto`). Returns 0, or -1 with errno `EINVAL`
+/// (fewer than 4 pages of the page size or of a mapped region's) or
+/// `EBUSY` (pinned pages would hold more than half of the cache); nothing
+/// changes then.
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_set_cache_bytes(bytes: u64) -> c_int {
+    ffi_boundary!(-1, {
+        if bytes == 0 {
+            return Err(Errno(libc::EINVAL));
+        }
+        config::set_cache_bytes(bytes)?;
+        Ok(0)
+    })
+}
+
+/// An automatic cache bound: `share` (more than 0, at most 1; kept to a
+/// thousandth) of the memory left for umio, following the process's memory
+/// cgroup limit and the machine's memory pressure while it runs (see the
+/// README, "A cache that follows memory"). Before the first mapping only;
+/// replaces `umio_config_set_cache_bytes`. Returns 0, or -1 with errno
+/// `EINVAL` (a share out of range) or `EBUSY` (the runtime runs).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_cache_auto(share: f64) -> c_int {
+    ffi_boundary!(-1, {
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(Errno(libc::EINVAL));
+        }
+        let thousandths = ((share * 1000.0).round() as u16).max(1);
+        config::set(|o| {
+            o.cache_auto = Some(thousandths);
+            o.cache_bytes = None;
+        })?;
+        Ok(0)
+    })
+}
+
 /// A separate pool of `bytes` for huge pages (xmap's two pools): regions
 /// of 2 MiB pages (hugetlbfs ones among them) and 2 MiB ranges promoted
 /// to transparent huge pages are cached and evicted within it, so scans
