@@ -139,6 +139,21 @@ const CONFIG_ENV: &[(&str, &str)] = &[
     ("UMIO_EVICTION", "LRU"),
 ];
 
+/// Every numeric `UMAP_*` variable set to 0 or to nothing, as UMap job
+/// scripts do to mean "the default" (UMap takes 0 for unset).
+const ZERO_ENV: &[(&str, &str)] = &[
+    ("UMAP_PAGESIZE", "0"),
+    ("UMAP_BUFSIZE", ""),
+    ("UMAP_PAGE_FILLERS", "0"),
+    ("UMAP_PAGE_EVICTORS", "0"),
+    ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "0"),
+    ("UMAP_EVICT_LOW_WATER_THRESHOLD", " "),
+    ("UMAP_MAX_FAULT_EVENTS", "0"),
+    ("UMAP_READ_AHEAD", ""),
+    ("UMAP_LOG_LEVEL", ""),
+    ("UMIO_EVICTION", ""),
+];
+
 /// One test per program and build.
 macro_rules! c_tests {
     ($($name:ident, $sanitized:ident: $env:expr, $expect:literal;)*) => {$(
@@ -162,6 +177,7 @@ c_tests! {
     c_policies, c_policies_sanitized: &[], "c_policies:";
     config_env, config_env_sanitized: CONFIG_ENV, "config_env:";
     config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";
+    config_zero_env, config_zero_env_sanitized: ZERO_ENV, "config_zero_env:";
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
     bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
     backends, backends_sanitized: &[], "backends:";
@@ -185,7 +201,7 @@ fn every_malformed_variable_fails_the_first_map_with_einval() {
         ("UMAP_PAGE_EVICTORS", "-1"),
         ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "150"),
         ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
-        ("UMAP_MAX_FAULT_EVENTS", "0"),
+        ("UMAP_MAX_FAULT_EVENTS", "4097"),
         ("UMAP_READ_AHEAD", "x"),
         ("UMAP_LOG_LEVEL", "chatty"),
         ("UMIO_EVICTION", "arc"),
