@@ -18,6 +18,8 @@
 //! which catches panics and sets a positive errno; nothing is printed
 //! unless `UMAP_LOG_LEVEL` asks for it.
 //!
+//! [`version`] gives the version macros and `umio_version()`.
+//!
 //! The process has one runtime, started when the first region is mapped
 //! ([`config`]); mappings are found by address in [`registry`].
 
@@ -33,3 +35,4 @@ mod rados;
 mod registry;
 pub mod store;
 pub mod umap;
+pub mod version;
