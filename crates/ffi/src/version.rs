@@ -15,12 +15,11 @@ pub const UMIO_VERSION_MINOR: u32 = 1;
 pub const UMIO_VERSION_PATCH: u32 = 0;
 
 /// The version as a C string: `env!("CARGO_PKG_VERSION")` and a NUL.
-const VERSION: &CStr = match CStr::from_bytes_with_nul(
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
-) {
-    Ok(v) => v,
-    Err(_) => panic!("the package version has no NUL"),
-};
+const VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("the package version has no NUL"),
+    };
 
 /// The version of the library the program runs with, as a string
 /// `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`), static: never freed,
