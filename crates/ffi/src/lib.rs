@@ -1,7 +1,9 @@
 //! libumio: umio's C ABI.
 //!
 //! `cargo build --release -p umio-ffi` builds `target/release/libumio.so`
-//! and `libumio.a`. C programs include either or both of:
+//! and `libumio.a`; `install.sh` installs them as a distribution ships a C
+//! library (`libumio.so.0`, symbol versions from `libumio.map`, `umio.pc`).
+//! C programs include either or both of:
 //!
 //! - `umap/umap.h`: LLNL UMap 2.x's API (`umap`, `uunmap`, `umap_flush`,
 //!   `umap_prefetch`, `umap_fetch_and_pin`, the `umapcfg_get_*` getters and
