@@ -18,6 +18,27 @@
  * Without permission for full-mode userfaultfd (root, read-write access
  * to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1) umio serves
  * user-mode faults only: see umio_user_mode_only.
+ *
+ * Versions. UMIO_VERSION_MAJOR, _MINOR and _PATCH are the version of umio
+ * this header belongs to; umio_version() returns the running library's,
+ * as a string. The installed library (crates/ffi/install.sh) has the
+ * SONAME libumio.so.0, and its functions carry the symbol version UMIO_0.
+ *
+ * Threads. Every function may be called from any thread, concurrently
+ * with any other. The runtime's settings are behind a lock: a
+ * umio_config_set_* call racing with the first mapping takes effect if it
+ * comes first and fails with EBUSY if it comes second. As with munmap(2),
+ * unmapping a range (uunmap, umio_unmap) while another thread still
+ * touches its bytes, or passes an address in it to umio, is the program's
+ * error. Stores, policies and prefetchers written in C are called from
+ * several threads at once: see each structure's notes.
+ *
+ * fork. Regions are not inherited (MADV_DONTFORK): in a child their
+ * addresses are unmapped (a touch is SIGSEGV, never a fault nobody
+ * serves), and umio has no threads there. A child must call no umio
+ * function but umio_version() unless it execs; exec leaves nothing of
+ * umio behind (its userfaultfd is O_CLOEXEC). The parent's mappings keep
+ * working.
  */
 
 #ifndef UMIO_H
@@ -95,6 +116,16 @@
 
 // Most ranges `on_fault` may return for one fault (its `cap`).
 #define UMIO_PREFETCH_MAX_RANGES 16
+
+// umio's major version, as umio.h was generated for (the release's
+// version, which is not the ABI's: libumio.so.0 is the ABI's SONAME).
+#define UMIO_VERSION_MAJOR 0
+
+// umio's minor version, as umio.h was generated for.
+#define UMIO_VERSION_MINOR 1
+
+// umio's patch version, as umio.h was generated for.
+#define UMIO_VERSION_PATCH 0
 
 // A store written in C: callbacks umio calls to read and write the bytes
 // of a mapping made with `umio_map_options.store`.
@@ -726,6 +757,13 @@ int umio_config_set_uffd_mode(const char *name);
 // # Safety
 // None.
 int umio_user_mode_only(void);
+
+// The version of the library the program runs with, as a string
+// `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`), static: never freed,
+// never NULL. Compare it with the UMIO_VERSION_* macros of the header the
+// program was compiled with to detect a library older than the header.
+// Thread-safe, and safe to call at any time, in a forked child too.
+const char *umio_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -191,6 +191,7 @@ pub(crate) fn check_watermarks(high: u32, low: u32) -> Result<(u8, u8), Errno> {
 
 /// The environment, read through a function so tests can supply their own.
 trait Env {
+    /// The variable's value as set, empty or not.
     fn get(&self, name: &str) -> Option<String>;
 }
 
@@ -198,12 +199,20 @@ struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn get(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+        std::env::var(name).ok()
     }
 }
 
+/// A variable's value; one set to nothing (or blanks) is unset, as UMap
+/// and job scripts (`export UMAP_PAGESIZE=`) take it.
+fn var<E: Env + ?Sized>(env: &E, name: &str) -> Option<String> {
+    env.get(name).filter(|v| !v.trim().is_empty())
+}
+
+/// A number; anything else is `EINVAL` (UMap would read `4096x` as 4096 and
+/// `many` as 0: umio refuses both rather than guess).
 fn env_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno> {
-    match env.get(name) {
+    match var(env, name) {
         None => Ok(None),
         Some(v) => v
             .trim()
@@ -211,6 +220,15 @@ fn env_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno
             .map(Some)
             .map_err(|_| Errno(libc::EINVAL)),
     }
+}
+
+/// A number UMap reads with its `read_env_var`, which takes 0 for unset
+/// (src/umap/RegionManager.cpp): `UMAP_PAGESIZE=0`, `UMAP_BUFSIZE=0`,
+/// `UMAP_PAGE_FILLERS=0`, ... leave the default in force, so that job
+/// scripts written for UMap run unchanged. (`UMAP_READ_AHEAD` is not one:
+/// its 0 means no read-ahead, which is what it meant to UMap too.)
+fn umap_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errno> {
+    Ok(env_number(env, name)?.filter(|&n| n != 0))
 }
 
 /// A huge-page pool holds at least four huge pages; 0 means none.
@@ -225,7 +243,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     let small = |n: u64| usize::try_from(n).map_err(|_| Errno(libc::EINVAL));
     let page_size = match o.page_size {
         Some(p) => p,
-        None => match env_number(env, "UMAP_PAGESIZE")? {
+        None => match umap_number(env, "UMAP_PAGESIZE")? {
             Some(p) => small(p)?,
             None => 64 << 10,
         },
@@ -233,7 +251,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     check_page_size(page_size)?;
     let cache = match o.cache_bytes {
         Some(b) => Some(CacheSize::Bytes(b)),
-        None => env_number(env, "UMAP_BUFSIZE")?.map(CacheSize::Pages),
+        None => umap_number(env, "UMAP_BUFSIZE")?.map(CacheSize::Pages),
     };
     let cache_bytes = match cache {
         None => umio_core::default_cache_bytes(),
@@ -246,14 +264,14 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     };
     let fillers = match o.fillers {
         Some(n) => n,
-        None => match env_number(env, "UMAP_PAGE_FILLERS")? {
+        None => match umap_number(env, "UMAP_PAGE_FILLERS")? {
             Some(n) => small(n)?,
             None => umio_core::default_fillers(),
         },
     };
     let evictors = match o.evictors {
         Some(n) => n,
-        None => match env_number(env, "UMAP_PAGE_EVICTORS")? {
+        None => match umap_number(env, "UMAP_PAGE_EVICTORS")? {
             Some(n) => small(n)?,
             None => 1,
         },
@@ -262,14 +280,14 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         Some(w) => w,
         None => {
             let pct = |n: u64| u32::try_from(n).map_err(|_| Errno(libc::EINVAL));
-            let high = env_number(env, "UMAP_EVICT_HIGH_WATER_THRESHOLD")?.map_or(Ok(90), pct)?;
-            let low = env_number(env, "UMAP_EVICT_LOW_WATER_THRESHOLD")?.map_or(Ok(70), pct)?;
+            let high = umap_number(env, "UMAP_EVICT_HIGH_WATER_THRESHOLD")?.map_or(Ok(90), pct)?;
+            let low = umap_number(env, "UMAP_EVICT_LOW_WATER_THRESHOLD")?.map_or(Ok(70), pct)?;
             check_watermarks(high, low)?
         }
     };
     let eviction = match &o.eviction {
         Some(e) => e.clone(),
-        None => Eviction::Builtin(match env.get("UMIO_EVICTION") {
+        None => Eviction::Builtin(match var(env, "UMIO_EVICTION") {
             Some(v) => parse_policy(&v).ok_or(Errno(libc::EINVAL))?,
             None => PolicyKind::default(),
         }),
@@ -285,18 +303,18 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     };
     let max_fault_events = match o.max_fault_events {
         Some(n) => n.into(),
-        None => match env_number(env, "UMAP_MAX_FAULT_EVENTS")? {
+        None => match umap_number(env, "UMAP_MAX_FAULT_EVENTS")? {
             Some(n) => check_max_fault_events(n)?.into(),
             None => DEFAULT_MAX_FAULT_EVENTS,
         },
     };
-    let log_level = match env.get("UMAP_LOG_LEVEL") {
+    let log_level = match var(env, "UMAP_LOG_LEVEL") {
         Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
         None => None,
     };
     let uffd_mode = match o.uffd_mode {
         Some(m) => m,
-        None => match env.get("UMIO_UFFD_MODE") {
+        None => match var(env, "UMIO_UFFD_MODE") {
             Some(v) => UffdMode::from_name(&v).ok_or(Errno(libc::EINVAL))?,
             None => UffdMode::Auto,
         },
@@ -491,6 +509,56 @@ mod tests {
         assert_eq!(s.huge_cache_bytes, 16 << 20);
     }
 
+    /// The variables UMap reads with `read_env_var`, which takes 0 for
+    /// unset.
+    const UMAP_NUMBERS: [&str; 7] = [
+        "UMAP_PAGESIZE",
+        "UMAP_BUFSIZE",
+        "UMAP_PAGE_FILLERS",
+        "UMAP_PAGE_EVICTORS",
+        "UMAP_EVICT_HIGH_WATER_THRESHOLD",
+        "UMAP_EVICT_LOW_WATER_THRESHOLD",
+        "UMAP_MAX_FAULT_EVENTS",
+    ];
+
+    #[test]
+    fn umap_numbers_at_zero_or_empty_are_unset() {
+        let defaults = resolve(&vars(&[]), &Overrides::default()).unwrap();
+        for name in UMAP_NUMBERS {
+            for value in ["0", "00", " 0 ", "", "  "] {
+                let s = resolve(&vars(&[(name, value)]), &Overrides::default());
+                assert_eq!(s, Ok(defaults.clone()), "{name}={value:?}");
+            }
+        }
+        // All at once, as a job script exporting them all would.
+        let all: Vec<_> = UMAP_NUMBERS.iter().map(|&n| (n, "0")).collect();
+        assert_eq!(resolve(&vars(&all), &Overrides::default()), Ok(defaults));
+    }
+
+    #[test]
+    fn empty_strings_are_unset_and_read_ahead_zero_is_none() {
+        let defaults = resolve(&vars(&[]), &Overrides::default()).unwrap();
+        for name in [
+            "UMAP_READ_AHEAD",
+            "UMAP_LOG_LEVEL",
+            "UMIO_EVICTION",
+            "UMIO_UFFD_MODE",
+            "UMIO_HUGE_CACHE_BYTES",
+        ] {
+            let s = resolve(&vars(&[(name, "")]), &Overrides::default());
+            assert_eq!(s, Ok(defaults.clone()), "{name}=\"\"");
+        }
+        // UMAP_READ_AHEAD=0 keeps its meaning: no read-ahead.
+        let s = resolve(&vars(&[("UMAP_READ_AHEAD", "0")]), &Overrides::default()).unwrap();
+        assert_eq!(s.read_ahead, 0);
+        assert_eq!(prefetch_kind(s.read_ahead), PrefetchKind::None);
+        // A nonzero value is still read, and garbage still refused.
+        let s = resolve(&vars(&[("UMAP_PAGE_EVICTORS", "3")]), &Overrides::default());
+        assert_eq!(s.unwrap().evictors, 3);
+        let s = resolve(&vars(&[("UMAP_PAGESIZE", "0x")]), &Overrides::default());
+        assert_eq!(s, Err(Errno(libc::EINVAL)));
+    }
+
     #[test]
     fn every_policy_has_a_c_name_that_parses_back() {
         for kind in PolicyKind::ALL {
@@ -533,7 +601,6 @@ mod tests {
             ("UMAP_BUFSIZE", "-1"),
             ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "101"),
             ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
-            ("UMAP_MAX_FAULT_EVENTS", "0"),
             ("UMAP_MAX_FAULT_EVENTS", "4097"),
             ("UMAP_LOG_LEVEL", "chatty"),
             ("UMIO_EVICTION", "arc"),

@@ -1,7 +1,9 @@
 //! libumio: umio's C ABI.
 //!
 //! `cargo build --release -p umio-ffi` builds `target/release/libumio.so`
-//! and `libumio.a`. C programs include either or both of:
+//! and `libumio.a`; `install.sh` installs them as a distribution ships a C
+//! library (`libumio.so.0`, symbol versions from `libumio.map`, `umio.pc`).
+//! C programs include either or both of:
 //!
 //! - `umap/umap.h`: LLNL UMap 2.x's API (`umap`, `uunmap`, `umap_flush`,
 //!   `umap_prefetch`, `umap_fetch_and_pin`, the `umapcfg_get_*` getters and
@@ -18,6 +20,8 @@
 //! which catches panics and sets a positive errno; nothing is printed
 //! unless `UMAP_LOG_LEVEL` asks for it.
 //!
+//! [`version`] gives the version macros and `umio_version()`.
+//!
 //! The process has one runtime, started when the first region is mapped
 //! ([`config`]); mappings are found by address in [`registry`].
 
@@ -33,3 +37,4 @@ mod rados;
 mod registry;
 pub mod store;
 pub mod umap;
+pub mod version;

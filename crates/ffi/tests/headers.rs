@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::lib_dir;
+use common::{declared_functions, lib_dir};
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -48,43 +48,6 @@ fn umio_h_is_what_cbindgen_generates() {
          run `UMIO_BLESS=1 cargo test -p umio-ffi --test headers` and commit it",
         path.display()
     );
-}
-
-/// The names of the functions a header declares: comments and
-/// preprocessor lines removed, each statement up to `;`, the identifier
-/// before its first `(` (function pointers in structs, `(*name)`, skipped).
-fn declared_functions(header: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(crate_dir().join("include").join(header)).unwrap();
-    let mut code = String::new();
-    let mut rest = text.as_str();
-    while let Some(i) = rest.find("/*") {
-        code.push_str(&rest[..i]);
-        rest = &rest[i + 2..];
-        rest = &rest[rest.find("*/").map_or(rest.len(), |j| j + 2)..];
-    }
-    code.push_str(rest);
-    let code: Vec<&str> = code
-        .lines()
-        .map(|l| l.split("//").next().unwrap())
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect();
-    let code = code.join(" ");
-    let mut names = Vec::new();
-    for stmt in code.split([';', '{', '}']) {
-        let Some(open) = stmt.find('(') else { continue };
-        if stmt[open..].starts_with("(*") {
-            continue;
-        }
-        let name = stmt[..open]
-            .trim_end()
-            .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .next()
-            .unwrap();
-        if !name.is_empty() {
-            names.push(name.to_string());
-        }
-    }
-    names
 }
 
 fn umap_h_functions() -> Vec<String> {

@@ -26,7 +26,9 @@
  *
  * Environment, read when the first region is mapped (a malformed value
  * makes that umap fail with EINVAL); the umapcfg_get_* getters report the
- * values in force (before the first mapping, the values it would use):
+ * values in force (before the first mapping, the values it would use).
+ * As in UMap, a variable set to nothing is unset, and so is one of the
+ * numbers below set to 0, except UMAP_READ_AHEAD, whose 0 means none:
  *   UMAP_PAGESIZE                   page size in bytes, a multiple of 4096
  *                                   (default 65536; UMap's is 4096)
  *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE
