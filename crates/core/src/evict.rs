@@ -103,14 +103,14 @@ impl Shared {
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
-            let evicted = self.evict_batch(w, policy, batch);
+            let freed = self.evict_batch(w, policy, batch);
             if over_bound {
                 // The bound was lowered (`Runtime::set_cache_bytes`).
                 self.stats
-                    .shrink_evicted_pages
-                    .fetch_add(evicted as u64, Relaxed);
+                    .shrink_evicted_bytes
+                    .fetch_add(freed as u64, Relaxed);
             }
-            if evicted == 0 {
+            if freed == 0 {
                 // Everything is busy or gone: let the owners finish.
                 std::thread::sleep(Duration::from_millis(1));
                 break;

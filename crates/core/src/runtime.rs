@@ -1247,7 +1247,7 @@ impl Runtime {
     /// down to the new bound in the background, dirty pages written back
     /// first and pinned pages left alone; meanwhile a miss evicts for
     /// itself (one batch) before it fills. [`Stats::cache_bytes`] shows the
-    /// bound, [`Stats::shrink_evicted_pages`] the eviction it caused.
+    /// bound, [`Stats::shrink_evicted_bytes`] the eviction it caused.
     ///
     /// Errors, with nothing changed: [`Error::InvalidArgument`] if the
     /// bound holds fewer than 4 pages of the runtime's page size or of a

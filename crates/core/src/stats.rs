@@ -97,9 +97,9 @@ counters! {
     evicted_pages,
     /// Of those, pages that were dirty and written back first.
     evicted_dirty_pages,
-    /// Of `evicted_pages`, those evicted while a pool held more than its
-    /// bound: after the bound was lowered at run time.
-    shrink_evicted_pages,
+    /// Bytes of pages evicted while a pool held more than its bound: after
+    /// the bound was lowered at run time.
+    shrink_evicted_bytes,
     /// Times a pool's bound was changed at run time (by
     /// [`Runtime::set_cache_bytes`](crate::Runtime::set_cache_bytes),
     /// [`Runtime::set_huge_cache_bytes`](crate::Runtime::set_huge_cache_bytes)
