@@ -583,6 +583,8 @@ impl Mapping {
                     .drop_pages(&self.region, pages)
                     .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
             }
+            Advice::PageOut => self.invalidate_range(range),
+            Advice::Remove => self.remove(range),
             Advice::Normal | Advice::Sequential | Advice::Random => {
                 self.region
                     .set_advice(pages.start as u64..pages.end as u64, advice);
@@ -612,6 +614,32 @@ impl Mapping {
                 Ok(())
             }
         }
+    }
+
+    /// [`Advice::Remove`].
+    fn remove(&self, range: Range<usize>) -> Result<()> {
+        if !range.start.is_multiple_of(crate::MIN_PAGE_SIZE)
+            || (!range.end.is_multiple_of(crate::MIN_PAGE_SIZE) && range.end != self.region.len)
+        {
+            return Err(Error::InvalidArgument(
+                "Remove needs a range of whole 4 KiB pages",
+            ));
+        }
+        if !self.region.writable {
+            return Err(Error::InvalidArgument("Remove needs a writable mapping"));
+        }
+        let pages = self.pages_covering(&range)?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        let shared = self.rt.shared();
+        shared.write_dirty(&self.region, pages.clone())?;
+        self.region
+            .store
+            .punch_hole(self.region.offset + range.start as u64, range.len() as u64)?;
+        shared
+            .drop_pages(&self.region, pages)
+            .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
     }
 
     /// Whether the page holding byte `offset` is resident now (a cheap,

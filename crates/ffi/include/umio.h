@@ -77,6 +77,20 @@
 // Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
 #define UMIO_ADVICE_NOHUGE 15
 
+// Free the range as `MADV_REMOVE` does: dirty pages written back, the
+// file's bytes in the range punched out, the pages dropped; the range
+// reads zeros afterwards, in the mapping and in the file (a writable
+// mapping; whole 4 KiB pages; `EOPNOTSUPP` where the file system cannot
+// punch holes).
+#define UMIO_ADVICE_REMOVE 9
+
+// Evict the range's pages now (`MADV_COLD`), dirty ones written back
+// first.
+#define UMIO_ADVICE_COLD 20
+
+// As `UMIO_ADVICE_COLD` (`MADV_PAGEOUT`).
+#define UMIO_ADVICE_PAGEOUT 21
+
 // `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
 #define UMIO_HUGETLB_REQUIRE 1
 

@@ -36,6 +36,17 @@ pub const UMIO_ADVICE_DONTNEED: c_int = 4;
 pub const UMIO_ADVICE_HUGE: c_int = 14;
 /// Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
 pub const UMIO_ADVICE_NOHUGE: c_int = 15;
+/// Free the range as `MADV_REMOVE` does: dirty pages written back, the
+/// file's bytes in the range punched out, the pages dropped; the range
+/// reads zeros afterwards, in the mapping and in the file (a writable
+/// mapping; whole 4 KiB pages; `EOPNOTSUPP` where the file system cannot
+/// punch holes).
+pub const UMIO_ADVICE_REMOVE: c_int = 9;
+/// Evict the range's pages now (`MADV_COLD`), dirty ones written back
+/// first.
+pub const UMIO_ADVICE_COLD: c_int = 20;
+/// As `UMIO_ADVICE_COLD` (`MADV_PAGEOUT`).
+pub const UMIO_ADVICE_PAGEOUT: c_int = 21;
 
 /// Options of `umio_map`. All zeros (or a NULL pointer) means the
 /// runtime's defaults.
@@ -468,6 +479,8 @@ pub unsafe extern "C" fn umio_advise(addr: *const c_void, len: usize, advice: c_
             UMIO_ADVICE_DONTNEED => Advice::DontNeed,
             UMIO_ADVICE_HUGE => Advice::Huge,
             UMIO_ADVICE_NOHUGE => Advice::NoHuge,
+            UMIO_ADVICE_REMOVE => Advice::Remove,
+            UMIO_ADVICE_COLD | UMIO_ADVICE_PAGEOUT => Advice::PageOut,
             _ => return Err(Errno(libc::EINVAL)),
         };
         let m = registry::get(addr)?;

@@ -8,7 +8,8 @@ use umio_core::{Advice, Fault, FaultKind, FetchList, Prefetcher};
 use crate::boundary::Errno;
 use crate::native::{
     UMIO_ADVICE_DONTNEED, UMIO_ADVICE_HUGE, UMIO_ADVICE_NOHUGE, UMIO_ADVICE_NORMAL,
-    UMIO_ADVICE_RANDOM, UMIO_ADVICE_SEQUENTIAL, UMIO_ADVICE_WILLNEED,
+    UMIO_ADVICE_PAGEOUT, UMIO_ADVICE_RANDOM, UMIO_ADVICE_REMOVE, UMIO_ADVICE_SEQUENTIAL,
+    UMIO_ADVICE_WILLNEED,
 };
 
 /// The page was not resident: this fault read it from the store
@@ -149,6 +150,8 @@ fn advice_value(advice: Advice) -> c_int {
         Advice::DontNeed => UMIO_ADVICE_DONTNEED,
         Advice::Huge => UMIO_ADVICE_HUGE,
         Advice::NoHuge => UMIO_ADVICE_NOHUGE,
+        Advice::Remove => UMIO_ADVICE_REMOVE,
+        Advice::PageOut => UMIO_ADVICE_PAGEOUT,
     }
 }
 

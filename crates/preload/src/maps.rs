@@ -536,7 +536,16 @@ pub(crate) fn advise(
         }
     }
     match advice {
-        libc::MADV_REMOVE => return Err(Errno(libc::EOPNOTSUPP)),
+        // As the kernel: only shared writable mappings can free file
+        // space; MADV_FREE is for private anonymous memory.
+        libc::MADV_REMOVE => {
+            if segs
+                .iter()
+                .any(|s| !s.entry.shared || s.prot & libc::PROT_WRITE == 0)
+            {
+                return Err(Errno(libc::EACCES));
+            }
+        }
         libc::MADV_FREE => return Err(Errno(libc::EINVAL)),
         _ => {}
     }
@@ -554,6 +563,8 @@ pub(crate) fn advise(
             libc::MADV_WILLNEED | 22 | 23 => m.prefetch(r)?,
             libc::MADV_DONTNEED if dontneed_is_noop => {}
             libc::MADV_DONTNEED => discard(&s.entry, r)?,
+            libc::MADV_REMOVE => m.advise(r, Advice::Remove)?,
+            libc::MADV_COLD | libc::MADV_PAGEOUT => m.advise(r, Advice::PageOut)?,
             libc::MADV_HUGEPAGE
             | libc::MADV_NOHUGEPAGE
             | libc::MADV_MERGEABLE
@@ -564,8 +575,6 @@ pub(crate) fn advise(
             | libc::MADV_DODUMP
             | libc::MADV_WIPEONFORK
             | libc::MADV_KEEPONFORK
-            | libc::MADV_COLD
-            | libc::MADV_PAGEOUT
             | libc::MADV_COLLAPSE => {}
             _ => return Err(Errno(libc::EINVAL)),
         }
