@@ -536,13 +536,10 @@ pub(crate) fn advise(
         }
     }
     match advice {
-        // As the kernel: only shared writable mappings can free file
-        // space; MADV_FREE is for private anonymous memory.
+        // As the kernel: only shared mappings of a file open for writing
+        // can free file space; MADV_FREE is for private anonymous memory.
         libc::MADV_REMOVE => {
-            if segs
-                .iter()
-                .any(|s| !s.entry.shared || s.prot & libc::PROT_WRITE == 0)
-            {
+            if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) {
                 return Err(Errno(libc::EACCES));
             }
         }

@@ -205,6 +205,11 @@ fn partial_munmap_leaves_the_rest_mapped() {
 }
 
 #[test]
+fn madvise_remove_pageout_and_cold_as_the_kernel() {
+    kernel_then_shim("advice", 4, true);
+}
+
+#[test]
 fn fork_children_see_the_parents_mappings() {
     let out = kernel_then_shim("fork", 16, false);
     // The parent's line and the child's (a runtime of its own).
