@@ -405,6 +405,18 @@ impl Mapping {
             .sum()
     }
 
+    /// Whether the byte at `offset` is mapped still: within the mapping,
+    /// not taken out by [`unmap_range`](Mapping::unmap_range) or replaced
+    /// by a fixed mapping ([`MapOptions::fixed_address`]), and not
+    /// unmapped.
+    pub fn is_mapped_at(&self, offset: usize) -> bool {
+        if offset >= self.region.len || !self.live.load(Ordering::Acquire) {
+            return false;
+        }
+        let page = offset / self.region.page_size;
+        !self.region.intersects_hole(&(page..page + 1))
+    }
+
     /// Reads the pages overlapping `range` (bytes) and pins them: eviction
     /// leaves them in memory until [`unpin`](Mapping::unpin); flush and
     /// unmap write them back like any page. Pinned pages count against the
