@@ -113,12 +113,7 @@ fn output_within(mut cmd: Command, exe: &Path) -> Output {
         .spawn()
         .expect("the test program runs");
     let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let _ = tx.send(());
-        child.wait_with_output()
-    });
-    let _ = rx.recv();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
     let deadline = std::time::Instant::now() + HANG;
     while !waiter.is_finished() {
         if std::time::Instant::now() > deadline {

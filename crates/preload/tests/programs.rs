@@ -94,7 +94,35 @@ fn run(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Ou
         cmd.env("LD_PRELOAD", shim());
     }
     cmd.args(args).envs(env.iter().copied());
-    cmd.output().expect("the program runs")
+    output_within(cmd, program)
+}
+
+/// How long a program may run: a hang fails the test.
+const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `cmd` to completion and collects its output; kills it and panics
+/// if it runs longer than [`HANG`].
+fn output_within(mut cmd: Command, program: &Path) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program runs");
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let deadline = std::time::Instant::now() + HANG;
+    while !waiter.is_finished() {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kill takes no pointer; `pid` is our child, not yet
+            // reaped (its waiter has not returned).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let _ = waiter.join();
+            panic!("{} did not finish within {HANG:?}: hung", program.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    waiter.join().unwrap().expect("the program's output")
 }
 
 fn assert_ok(out: &Output, what: &str, line: &str) {
@@ -189,6 +217,13 @@ fn private_mappings_never_write_the_file() {
 #[test]
 fn partial_munmap_leaves_the_rest_mapped() {
     kernel_then_shim("partial", 16, true);
+}
+
+#[test]
+fn map_fixed_over_a_file_mapping_replaces_that_part() {
+    let out = kernel_then_shim("fixed", 8, true);
+    // a, b, c and d (the refused one is not counted).
+    assert_eq!(stat(&out, "file mappings"), 4, "mmap calls served by umio");
 }
 
 #[test]
