@@ -97,7 +97,9 @@ fn fixed_map_inside_an_older_one_replaces_that_part() {
                 .writable(true)
                 .fixed_address(at)
         };
-        let new = rt.map_file(&b, opts).expect("MAP_FIXED over a umio mapping");
+        let new = rt
+            .map_file(&b, opts)
+            .expect("MAP_FIXED over a umio mapping");
         assert_eq!(new.as_ptr() as usize, at);
         assert_eq!(new.as_slice(), &b_data[..], "the new mapping's bytes");
 
@@ -133,7 +135,11 @@ fn fixed_map_inside_an_older_one_replaces_that_part() {
 
         // Unmapping the older mapping leaves the new one alone.
         old.unmap().unwrap();
-        assert_eq!(bytes_at(at, 4 * BIG), want_b, "the new mapping after the old went");
+        assert_eq!(
+            bytes_at(at, 4 * BIG),
+            want_b,
+            "the new mapping after the old went"
+        );
         new.unmap().unwrap();
     });
 }
@@ -154,12 +160,20 @@ fn fixed_map_over_a_whole_older_mapping_replaces_it() {
         let new = rt.map_file(&b, opts).unwrap();
         assert_eq!(new.as_ptr() as usize, base);
         assert_eq!(new.as_slice(), &b_data[..]);
-        assert_eq!(old.mapped_bytes(), 0, "nothing of the older mapping is left");
+        assert_eq!(
+            old.mapped_bytes(),
+            0,
+            "nothing of the older mapping is left"
+        );
         let mut want_a = a_data.clone();
         want_a[3 * BIG] = 0xC3;
         assert_eq!(file_bytes(&a, 0, 8 * BIG), want_a, "written back first");
         drop(old);
-        assert_eq!(new.as_slice(), &b_data[..], "dropping the old one left the new");
+        assert_eq!(
+            new.as_slice(),
+            &b_data[..],
+            "dropping the old one left the new"
+        );
         new.unmap().unwrap();
     });
 }

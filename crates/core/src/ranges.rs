@@ -1,8 +1,8 @@
 //! Operations on page ranges of a region: pinning and partial unmapping.
 
 use std::ops::Range;
-use std::sync::{Arc, MutexGuard};
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::{Arc, MutexGuard};
 
 use umio_backends::StoreError;
 use umio_cache::{Observed, PageState};
