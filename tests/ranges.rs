@@ -237,8 +237,7 @@ fn fixed_address_maps_there_and_refuses_overlap() {
     let map = rt.map_file(&file, opts).unwrap();
     assert_eq!(map.as_ptr() as usize, addr);
     assert_eq!(map.as_slice(), &data[..]);
-    // SAFETY: as above.
-    let over = unsafe { MapOptions::new().fixed_address(addr + 8 * PAGE) };
+    let over = MapOptions::new().fixed_address_noreplace(addr + 8 * PAGE);
     let e = rt.map_file(&file, over).unwrap_err();
     assert!(matches!(e, Error::Overlap), "{e}");
     assert_eq!(e.errno(), libc::EEXIST);

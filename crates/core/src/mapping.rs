@@ -14,6 +14,13 @@ use crate::region::Region;
 use crate::runtime::{PrefetchJob, Runtime};
 use crate::stats::RegionStats;
 
+/// A fixed address, and whether mapping there replaces what is there.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fixed {
+    pub addr: usize,
+    pub replace: bool,
+}
+
 /// How to map a store; see [`Runtime::map_file`] and [`Runtime::map`].
 #[derive(Clone, Default)]
 pub struct MapOptions {
@@ -24,7 +31,7 @@ pub struct MapOptions {
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) prefetch: Option<PrefetchKind>,
     pub(crate) prefetcher: Option<Arc<dyn Prefetcher>>,
-    pub(crate) fixed_address: Option<usize>,
+    pub(crate) fixed_address: Option<Fixed>,
     /// `Some(fallback)`: hugetlbfs pages.
     pub(crate) hugetlb: Option<bool>,
     pub(crate) promote: Option<PromoteKind>,
@@ -98,18 +105,66 @@ impl MapOptions {
     }
 
     /// Maps the region exactly at `addr` (a multiple of 4096), replacing
-    /// whatever the process has mapped there, as `MAP_FIXED` does. Overlap
-    /// with another umio region is refused ([`Error::Overlap`]).
+    /// whatever the process has mapped there, as `MAP_FIXED` does. The
+    /// range replaced is `[addr, addr + len)` with `len` rounded up to the
+    /// region's page size (the memory the region reserves).
+    ///
+    /// Other umio regions in the range are replaced too, as `mmap`
+    /// replaces a mapping: first their dirty pages there are written back
+    /// and synced (if that fails, the error is returned and nothing is
+    /// replaced), then those pages are taken out of their regions, as by
+    /// [`Mapping::unmap_range`], and the new region takes their place with
+    /// no moment in between where the kernel could put another mapping
+    /// there. The older [`Mapping`]s stay valid for the rest of their
+    /// regions (they now have a hole, as after `unmap_range`); one whose
+    /// every page was replaced has nothing left mapped
+    /// ([`Mapping::mapped_bytes`] is 0).
+    ///
+    /// A region's page is its fill unit and cannot be split, so the range
+    /// must not cut through a page of an older region that holds bytes of
+    /// that mapping outside the range: such a call fails with
+    /// [`Error::InvalidArgument`] (`EINVAL`) and changes nothing.
+    /// Unmapping the whole page instead would take bytes from under the
+    /// older mapping that its user did not ask to give up, and would turn
+    /// its next access to them into a crash, or into a silent access to
+    /// whatever the kernel maps there next. Cutting through the part of
+    /// an older region's last page past its length (rounded up to 4 KiB)
+    /// is allowed: that part maps no bytes of it, and goes with the page.
+    ///
+    /// Keep other threads off the replaced range while the call runs: as
+    /// with `mmap`, they race with the replacement, and here an access
+    /// during the call may see zeros, and a write may be lost.
     ///
     /// Whatever memory was mapped in the range is discarded, so the caller
     /// must own it and hold no references into it; this is why the method
-    /// is `unsafe`.
+    /// is `unsafe`. See
+    /// [`fixed_address_noreplace`](MapOptions::fixed_address_noreplace) to
+    /// be refused instead.
     ///
     /// # Safety
-    /// Nothing in the process may use memory of `[addr, addr + len)` as
-    /// anything else once the mapping is made.
+    /// Nothing in the process may use memory of the range as anything
+    /// else once the mapping is made, and nothing may borrow bytes of an
+    /// older umio region in the range (a slice from
+    /// [`Mapping::as_slice`]).
     pub unsafe fn fixed_address(mut self, addr: usize) -> Self {
-        self.fixed_address = Some(addr);
+        self.fixed_address = Some(Fixed {
+            addr,
+            replace: true,
+        });
+        self
+    }
+
+    /// Maps the region exactly at `addr` (a multiple of 4096), as
+    /// `MAP_FIXED_NOREPLACE` does: if anything is mapped in the range
+    /// (`[addr, addr + len)` with `len` rounded up to the page size),
+    /// a umio region or any other mapping of the process, mapping fails
+    /// with [`Error::Overlap`] (`EEXIST`) and nothing changes. Safe, since
+    /// it replaces nothing.
+    pub fn fixed_address_noreplace(mut self, addr: usize) -> Self {
+        self.fixed_address = Some(Fixed {
+            addr,
+            replace: false,
+        });
         self
     }
 
@@ -443,6 +498,18 @@ impl Mapping {
             .iter()
             .map(|r| self.region.valid_bytes(r.start, r.len()))
             .sum()
+    }
+
+    /// Whether the byte at `offset` is mapped still: within the mapping,
+    /// not taken out by [`unmap_range`](Mapping::unmap_range) or replaced
+    /// by a fixed mapping ([`MapOptions::fixed_address`]), and not
+    /// unmapped.
+    pub fn is_mapped_at(&self, offset: usize) -> bool {
+        if offset >= self.region.len || !self.live.load(Ordering::Acquire) {
+            return false;
+        }
+        let page = offset / self.region.page_size;
+        !self.region.intersects_hole(&(page..page + 1))
     }
 
     /// Reads the pages overlapping `range` (bytes) and pins them: eviction

@@ -80,8 +80,10 @@ impl Request {
 }
 
 /// Flags a mapping may have: one of `MAP_PRIVATE` and `MAP_SHARED` (the
-/// same here: writes reach the store either way), and `MAP_FIXED`.
-const KNOWN_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_SHARED | libc::MAP_FIXED;
+/// same here: writes reach the store either way), and `MAP_FIXED` or
+/// `MAP_FIXED_NOREPLACE`.
+const KNOWN_FLAGS: c_int =
+    libc::MAP_PRIVATE | libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE;
 
 /// Validates the request and maps it; returns the mapping's address.
 pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
@@ -96,7 +98,10 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         return Err(einval);
     }
     let fixed = req.flags & libc::MAP_FIXED != 0;
-    if fixed && (req.addr.is_null() || !(req.addr as usize).is_multiple_of(MIN_PAGE_SIZE)) {
+    let noreplace = req.flags & libc::MAP_FIXED_NOREPLACE != 0;
+    if (fixed || noreplace)
+        && (req.addr.is_null() || !(req.addr as usize).is_multiple_of(MIN_PAGE_SIZE))
+    {
         return Err(einval);
     }
     let offset = u64::try_from(req.offset).map_err(|_| einval)?;
@@ -133,10 +138,13 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         }
         opts = opts.hugetlb(fallback);
     }
-    if fixed {
+    if noreplace {
+        // MAP_FIXED_NOREPLACE wins over MAP_FIXED, as in mmap.
+        opts = opts.fixed_address_noreplace(req.addr as usize);
+    } else if fixed {
         // SAFETY: the C caller asked for MAP_FIXED, whose contract (as for
         // mmap) is that whatever it had mapped at [addr, addr + len) is
-        // replaced; umio refuses overlap with its own regions (EEXIST).
+        // replaced, umio mappings included.
         opts = unsafe { opts.fixed_address(req.addr as usize) };
     }
     let mapping = match source {
@@ -167,6 +175,10 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
             rt.map(opts.store(Arc::new(store)))?
         }
     };
+    if fixed {
+        // Older mappings the new one replaced in whole.
+        registry::forget_unmapped();
+    }
     let addr = registry::insert(mapping);
     log::debug!(
         "umio: mapped {:?} bytes at {addr:#x}, offset {offset}, prot {:#x}, flags {:#x}",

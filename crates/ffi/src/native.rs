@@ -198,7 +198,13 @@ unsafe fn name<'a>(name: *const c_char) -> Result<Option<&'a str>, Errno> {
 /// `prot` is `PROT_READ`, optionally with `PROT_WRITE` (which needs a
 /// descriptor open read-write, else `EACCES`); `flags` is `MAP_SHARED` or
 /// `MAP_PRIVATE` (the same here: writes reach the file at the latest on
-/// flush or unmap), optionally with `MAP_FIXED`. `offset` is a multiple of
+/// flush or unmap), optionally with `MAP_FIXED` or `MAP_FIXED_NOREPLACE`
+/// (then `addr` is a non-NULL multiple of 4096). `MAP_FIXED` replaces
+/// what is mapped in the range, as `mmap` does, umio mappings included:
+/// their dirty pages there are written back first, the rest of them stays
+/// mapped; a range that would split one of their pages holding bytes in
+/// use outside it fails with `EINVAL` and changes nothing (a page is
+/// umio's fill unit). `offset` is a multiple of
 /// 4096. `len` 0 maps from `offset` to the end of the store. Bytes past
 /// the end of the store read as zeros; a `PROT_WRITE` mapping reaching
 /// past the end extends the store when it is mapped.
@@ -207,7 +213,7 @@ unsafe fn name<'a>(name: *const c_char) -> Result<Option<&'a str>, Errno> {
 /// `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
 /// (`fd` not open), `EACCES` (file not open for reading, or `PROT_WRITE`
 /// on a read-only descriptor or store), `ENODEV` (not a regular file or
-/// block device), `EEXIST` (`MAP_FIXED` over another umio mapping),
+/// block device), `EEXIST` (`MAP_FIXED_NOREPLACE` over a mapping),
 /// `EOPNOTSUPP`, `ENOMEM`, or the errno of the store or the system call
 /// that failed.
 ///
