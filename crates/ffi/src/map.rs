@@ -223,7 +223,10 @@ pub(crate) fn unmap(addr: *mut c_void, len: usize) -> Result<(), Errno> {
         return Err(Errno(libc::EINVAL));
     }
     let end = range.end.next_multiple_of(ps).min(mapping.len());
-    let result = mapping.unmap_range(range.start..end);
+    // SAFETY: the C API never makes a Rust slice of a mapping: its
+    // callers hold raw addresses, and touching an unmapped range is the C
+    // program's error as it is after `munmap` (umio.h, "Threads").
+    let result = unsafe { mapping.unmap_range_shared(range.start..end) };
     registry::forget_if_unmapped(&mapping);
     result?;
     log::debug!("umio: unmapped {len} bytes at {addr:p}");
