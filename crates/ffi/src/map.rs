@@ -168,9 +168,7 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
             rt.map(opts.store(store))?
         }
         Source::Store(store) => {
-            if !store.is_complete() {
-                return Err(einval);
-            }
+            store.check().map_err(|_| einval)?;
             let rt = config::runtime()?;
             rt.map(opts.store(Arc::new(store)))?
         }
