@@ -16,10 +16,8 @@
 //! each sees the same machine. A second table times the stores' own
 //! 4 KiB reads at queue depth 1, without faults: the device's share.
 
-#[path = "common/bench.rs"]
-mod bench;
-#[path = "common/fault_path.rs"]
-mod fault_path;
+use umio_bench::bench;
+use umio_bench::fault_path;
 
 use std::fs::File;
 use std::sync::Arc;

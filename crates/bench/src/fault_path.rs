@@ -9,15 +9,13 @@
 //! fault-around (up to 16 cached pages mapped per fault) never turns an
 //! access into a hit: each timed access is one fault.
 
-#![allow(dead_code)]
-
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use umio::{MapOptions, PrefetchKind, Runtime};
+use umio_core::{MapOptions, PrefetchKind, Runtime};
 
 use crate::bench::{Data, PAGE, Result, mean, quantile, rdtsc, word};
 
@@ -124,7 +122,7 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
     // time: on a shared machine the cost of a fault swings with where the
     // scheduler puts the handler thread (the faulting thread's CPU or the
     // other one), and alternating gives every row the same conditions.
-    let fillers = umio::default_fillers();
+    let fillers = umio_core::default_fillers();
     let names = [
         format!(
             "umio (defaults: {fillers} fillers, polling or sleeping as measured; pread from the tmpfs file)"
@@ -254,8 +252,8 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     let rt = b.build()?;
     let opts = MapOptions::new().len(data.len);
     let map = if setup == Setup::Mapped {
-        use umio::Store as _;
-        let store = umio::backends::DaxStore::open(data.shm.path(), false)?;
+        use umio_backends::Store as _;
+        let store = umio_backends::DaxStore::open(data.shm.path(), false)?;
         // The file's pages are mapped before timing, as the floor's source
         // buffer is: the row measures umio, not the kernel's minor faults.
         if let Some(bytes) = store.as_mapped() {

@@ -17,11 +17,6 @@
 //!   own, of that size. Needs root (mount, cgroups); without it these
 //!   workloads run umio on tmpfs and skip the bounded `mmap`, saying why.
 
-#![allow(dead_code)]
-
-#[path = "policy_workload.rs"]
-mod policy_workload;
-
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -29,9 +24,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use policy_workload::{LoopFs, drop_cache, in_memory_cgroup};
-use umio::backends::{UringOptions, UringStore};
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime};
+pub use crate::policy_workload::{LoopFs, drop_cache, in_memory_cgroup};
+use umio_backends::{UringOptions, UringStore};
+use umio_core::{MapOptions, Mapping, PrefetchKind, Runtime};
 
 /// Errors of the setup, as text.
 pub type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -44,7 +39,7 @@ pub const PAGE: usize = 4096;
 /// The time stamp counter (cycles on x86-64).
 #[inline]
 pub fn rdtsc() -> u64 {
-    umio::trace_clock()
+    umio_core::trace_clock()
 }
 
 /// Counter ticks per second, measured against the monotonic clock over
