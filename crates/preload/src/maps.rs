@@ -719,10 +719,8 @@ pub(crate) fn advise(
     match advice {
         // As the kernel: only shared mappings of a file open for writing
         // can free file space; MADV_FREE is for private anonymous memory.
-        libc::MADV_REMOVE => {
-            if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) {
-                return Err(Errno(libc::EACCES));
-            }
+        libc::MADV_REMOVE if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) => {
+            return Err(Errno(libc::EACCES));
         }
         libc::MADV_FREE => return Err(Errno(libc::EINVAL)),
         _ => {}

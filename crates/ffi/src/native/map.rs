@@ -102,6 +102,18 @@ pub const UMIO_HUGETLB_FALLBACK: c_int = 2;
 /// the end of the store read as zeros; a `PROT_WRITE` mapping reaching
 /// past the end extends the store when it is mapped.
 ///
+/// Other flags, as `mmap` users pass them (checked beside `mmap` by
+/// `tests/c/flags.c`; `umap` takes the same):
+///
+/// | flag | meaning |
+/// |---|---|
+/// | `MAP_NORESERVE` | accepted: umio reserves no swap |
+/// | `MAP_POPULATE` | every page read in before the call returns |
+/// | `MAP_LOCKED` | every page read in and pinned (`ENOMEM` beyond half of the cache) |
+/// | `MAP_HUGETLB` (`MAP_HUGE_2MB` or no size) | hugetlbfs 2 MiB pages (`ENOMEM` without free ones) |
+/// | `MAP_ANONYMOUS` (`fd` -1, `offset` 0) | zero-filled memory over a nameless scratch file |
+/// | anything else | `EINVAL`, the reason logged |
+///
 /// Returns the address, or `UMIO_FAILED` with errno: `EINVAL` (bad
 /// `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
 /// (`fd` not open), `EACCES` (file not open for reading, or `PROT_WRITE`
