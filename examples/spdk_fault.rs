@@ -255,7 +255,7 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<(PathR
         .trace_faults(true)
         .build()?;
     let map = rt.map(MapOptions::new().len(len).store(store.clone()))?;
-    fault_path::traced_faults(&rt, map.as_ptr(), faults, fault_path::WARMUP, "store read")
+    fault_path::traced_faults(&rt, &map, faults, fault_path::WARMUP, "store read")
 }
 
 /// Cycles of `n` 4 KiB reads at queue depth 1, one per 64 KiB, sorted.
