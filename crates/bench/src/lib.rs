@@ -4,7 +4,7 @@
 //! `policies.rs`). Not published: it exists so that those targets share
 //! one copy of the code, compiled once, with its own lints.
 //!
-//! - [`bench`]: data files, the memory budget for Linux `mmap`, umio and
+//! - [`bench`](mod@bench): data files, the memory budget for Linux `mmap`, umio and
 //!   `mmap` mappings side by side, and the workloads;
 //! - [`fault_path`]: the fault-path microbenchmark;
 //! - [`policy_workload`]: the workload where the eviction policy matters;
