@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   if (umio_stats(p, &st) == 0)
     printf("faults %llu, fills %llu, evictions %llu, write-backs %llu\n",
            (unsigned long long)st.faults, (unsigned long long)st.fills,

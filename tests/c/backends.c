@@ -15,7 +15,7 @@ int main(void) {
   for (size_t b = 0; b < sizeof backends / sizeof *backends; b++) {
     char path[4096];
     int fd = make_file(path, LEN, O_RDWR);
-    struct umio_map_options o = {0};
+    struct umio_map_options o = {.size = sizeof o};
     o.backend = backends[b];
     unsigned char *p = umio_map(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, &o);
     CHECK(p != MAP_FAILED);
@@ -38,7 +38,7 @@ int main(void) {
 
   char path[4096];
   int fd = make_file(path, 8192, O_RDWR);
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.backend = "nvme";
   errno = 0;
   CHECK(umio_map(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0, &o) == MAP_FAILED && errno == EINVAL);

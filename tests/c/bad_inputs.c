@@ -124,6 +124,10 @@ static int stats_misaligned(void) {
   uint64_t buf[16];
   return umio_stats(region, (struct umio_stats *)((char *)buf + 1));
 }
+static int stats_size_unset(void) {
+  struct umio_stats st = {0};
+  return umio_stats(region, &st);
+}
 static int config_get_null(void) { return umio_config_get(NULL); }
 static int prefetch_negative(void) {
   struct umap_prefetch_item it = {region};
@@ -163,19 +167,31 @@ static int pin_more_than_half_the_cache(void) {
 static int setter_after_first_map(void) { return umio_config_set_fillers(2); }
 static int setter_eviction_after_first_map(void) { return umio_config_set_eviction("fifo"); }
 static int map_options_bad_page_size(void) {
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.page_size = 1000;
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o));
 }
 static int map_options_unknown_prefetch(void) {
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.prefetch = "psychic";
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o));
 }
 static int map_options_other_eviction(void) {
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.eviction = "fifo"; /* the runtime runs clock */
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o));
+}
+static int map_options_size_unset(void) {
+  struct umio_map_options o = {0};
+  return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o));
+}
+/* A newer program's options: a field this library does not know, set. */
+static int map_options_unknown_field_set(void) {
+  struct {
+    struct umio_map_options known;
+    uint64_t newer_field;
+  } o = {{.size = sizeof o}, 1};
+  return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o.known));
 }
 static int64_t no_size(void *u) {
   (void)u;
@@ -184,14 +200,14 @@ static int64_t no_size(void *u) {
 static int store_without_read(void) {
   struct umio_store_ops ops = {0};
   ops.size = no_size;
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.store = &ops;
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, -1, 0, &o));
 }
 static int store_with_fd(void) {
   struct umio_store_ops ops = {0};
   ops.size = no_size;
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.store = &ops;
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd_rw, 0, &o));
 }
@@ -242,6 +258,7 @@ static const struct {
     {"umio_advise: DONTNEED off a page boundary", advise_dontneed_unaligned, EINVAL},
     {"umio_stats: NULL out", stats_null, EINVAL},
     {"umio_stats: misaligned out", stats_misaligned, EINVAL},
+    {"umio_stats: size not set", stats_size_unset, EINVAL},
     {"umio_config_get: NULL out", config_get_null, EINVAL},
     {"umap_prefetch: npages < 0", prefetch_negative, EINVAL},
     {"umap_prefetch: NULL array", prefetch_null_array, EINVAL},
@@ -254,6 +271,8 @@ static const struct {
     {"umio_map: unknown prefetch policy", map_options_unknown_prefetch, EINVAL},
     {"umio_map: eviction other than the runtime's", map_options_other_eviction, EOPNOTSUPP},
     {"umio_map: store without read", store_without_read, EINVAL},
+    {"umio_map: options size not set", map_options_size_unset, EINVAL},
+    {"umio_map: a newer program's unknown option set", map_options_unknown_field_set, E2BIG},
     {"umio_map: store and an fd", store_with_fd, EINVAL},
 };
 

@@ -284,7 +284,7 @@ int main(void) {
      EINVAL; either way their user is released before umio_map returns. */
   static struct ahead a, a_bad;
   struct umio_prefetch_ops pf_bad = {NULL, ahead_release, &a_bad};
-  struct umio_map_options opts = {0};
+  struct umio_map_options opts = {.size = sizeof opts};
   opts.prefetcher = &pf_bad;
   errno = 0;
   CHECK(umio_map(NULL, len, PROT_READ, MAP_SHARED, fd, 0, &opts) == UMIO_FAILED &&
@@ -321,7 +321,7 @@ int main(void) {
 
   /* Prefetch: a miss on page 100 fetches page 102 (not 101). */
   CHECK(!resident(map, 100) && !resident(map, 101) && !resident(map, 102));
-  struct umio_stats before, after;
+  struct umio_stats before = {.size = sizeof before}, after = {.size = sizeof after};
   CHECK(umio_stats(map, &before) == 0);
   CHECK(map[100 * PAGE + 5] == model[100 * PAGE + 5]);
   for (int i = 0; i < 2000 && !resident(map, 102); i++) sleep_ms(1);
@@ -332,7 +332,7 @@ int main(void) {
   CHECK(after.fills >= before.fills + 2);
   /* Reading the prefetched page costs no fault: it is resident. */
   CHECK(memcmp(map + 102 * PAGE, model + 102 * PAGE, PAGE) == 0);
-  struct umio_stats read_later;
+  struct umio_stats read_later = {.size = sizeof read_later};
   CHECK(umio_stats(map, &read_later) == 0);
   CHECK(read_later.faults == after.faults);
   CHECK(read_later.fills == after.fills);

@@ -104,7 +104,7 @@ int main(void) {
   struct mem *m = new_mem(len);
   struct umio_store_ops ops = {mem_read, mem_write, mem_flush, mem_size,
                                mem_resize, mem_release, m};
-  struct umio_map_options opts = {0};
+  struct umio_map_options opts = {.size = sizeof opts};
   opts.store = &ops;
   opts.page_size = PAGE;
   opts.prefetch = "none";
@@ -130,7 +130,7 @@ int main(void) {
   m->write_errno = 0;
   CHECK(umio_flush(p, 0) == 0 && m->bytes[3 * PAGE] == 'w');
 
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   CHECK(umio_stats(p, &st) == 0);
   CHECK(st.fills == 11 && st.bytes_read == len && st.bytes_written >= 2 * PAGE);
 

@@ -44,7 +44,7 @@ int main(void) {
 
   /* The page size and the cache bound are in force. */
   CHECK(p[5] == pattern(5));
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   CHECK(umio_stats(p, &st) == 0);
   CHECK(st.fills == 1 && st.bytes_read == 16384); /* one 16 KiB page, no read-ahead */
   unsigned long sum = 0;
@@ -68,7 +68,7 @@ int main(void) {
   CHECK(umapcfg_get_umap_page_size() == 16384);
 
   /* Per-region options: a prefetch policy by name; the runtime's eviction. */
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.prefetch = "stride";
   o.eviction = "lru";
   unsigned char *q = umio_map(NULL, 0, PROT_READ, MAP_SHARED, fd, 0, &o);

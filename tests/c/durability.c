@@ -40,7 +40,7 @@ int main(void) {
   memcpy(p + 2 * PAGE, "range", 5);
   CHECK(umio_flush(p + 2 * PAGE, 5) == 0);
   file_has(fd, 2 * PAGE, "range");
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   CHECK(umio_stats(p, &st) == 0);
   CHECK(st.writebacks >= 3 && st.bytes_written >= 3 * PAGE);
 

@@ -66,7 +66,7 @@ int main(void) {
   for (int i = 0; i < 2; i++) CHECK(pthread_join(t[i], NULL) == 0);
 
   CHECK(memcmp(map, model, len) == 0);
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   CHECK(umio_stats(map, &st) == 0);
   CHECK(st.evictions > 0);
   CHECK(st.writebacks > 0);

@@ -83,7 +83,7 @@ int main(void) {
      place: reversed page order here. */
   for (int i = 0; i < FILES; i++)
     for (size_t p = 0; p < PAGES_PER_FILE; p++) subs[i][p * psize] = (char)sub_byte(i, (PAGES_PER_FILE - 1 - p) * psize);
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   CHECK(umio_stats(subs[1] + psize, &st) == 0 && st.fills >= PAGES_PER_FILE);
   CHECK(umap_flush() == 0);
   for (int i = 0; i < FILES; i++) {

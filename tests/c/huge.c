@@ -57,7 +57,7 @@ int main(void) {
   int fd = make_file(path, LEN, O_RDWR);
 
   struct umio_promote_ops ops = {promote_first_range, release, NULL};
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.page_size = 4096;
   o.prefetch = "none";
   o.promoter = &ops;
@@ -81,13 +81,13 @@ int main(void) {
     size_t big = 48 << 20;
     char big_path[4096];
     int big_fd = make_file(big_path, big, O_RDONLY);
-    struct umio_map_options two = {0};
+    struct umio_map_options two = {.size = sizeof two};
     two.page_size = 2 << 20;
     two.prefetch = "none";
     unsigned char *q = umio_map(NULL, big, PROT_READ, MAP_SHARED, big_fd, 0, &two);
     CHECK(q != MAP_FAILED);
     for (size_t i = 0; i < big; i += 4096) CHECK(q[i] == pattern(i));
-    struct umio_stats st;
+    struct umio_stats st = {.size = sizeof st};
     CHECK(umio_stats(q, &st) == 0);
     /* 24 huge pages through a pool of 8: at least 16 evicted (the 64 MiB
        regular pool alone would have held them all). */
@@ -97,7 +97,7 @@ int main(void) {
     unlink(big_path);
   }
 
-  struct umio_map_options named = {0};
+  struct umio_map_options named = {.size = sizeof named};
   named.page_size = 4096;
   named.promote = "sequential";
   p = umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &named);
@@ -105,7 +105,7 @@ int main(void) {
   for (size_t i = 0; i < LEN; i += 4096) CHECK(p[i] == pattern(i));
   CHECK(umio_unmap(p, LEN) == 0);
 
-  struct umio_map_options bad = {0};
+  struct umio_map_options bad = {.size = sizeof bad};
   bad.promote = "often";
   errno = 0;
   CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &bad) == MAP_FAILED && errno == EINVAL);
@@ -114,7 +114,7 @@ int main(void) {
   errno = 0;
   CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &bad) == MAP_FAILED && errno == EINVAL);
   CHECK(atomic_load(&released) == 2);
-  struct umio_map_options huge = {0};
+  struct umio_map_options huge = {.size = sizeof huge};
   huge.hugetlb = 7;
   errno = 0;
   CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &huge) == MAP_FAILED && errno == EINVAL);

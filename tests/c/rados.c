@@ -18,7 +18,7 @@ int main(void) {
   const char *prefix = getenv("UMIO_RADOS_PREFIX");
   CHECK(conf != NULL && prefix != NULL);
   char spec[8192];
-  struct umio_map_options o = {0};
+  struct umio_map_options o = {.size = sizeof o};
   o.backend = spec;
 
   snprintf(spec, sizeof spec,

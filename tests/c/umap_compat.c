@@ -27,7 +27,7 @@ int main(void) {
   errno = 0;
   umap_prefetch(4, items);
   CHECK(errno == 0);
-  struct umio_stats st;
+  struct umio_stats st = {.size = sizeof st};
   for (int i = 0; i < 2000; i++) {
     CHECK(umio_stats(base, &st) == 0);
     if (st.prefetched == 4) break;

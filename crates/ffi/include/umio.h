@@ -19,6 +19,23 @@
  * to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1) umio serves
  * user-mode faults only: see umio_user_mode_only.
  *
+ * Extensible structures. struct umio_map_options, struct umio_stats and
+ * struct umio_runtime_stats may gain fields at their end in later
+ * versions, as Linux's clone3 and openat2 arguments do. Their first
+ * member is size_t size, which the caller sets to sizeof its structure
+ * (struct umio_stats s = { .size = sizeof s };). umio reads or writes no
+ * byte past size, so a program built against an older umio.h keeps
+ * working with a newer libumio:
+ *   - input (umio_map_options): fields past size are taken as 0, their
+ *     default; a larger structure (a newer program, an older library)
+ *     with a non-zero byte past what the library knows fails with E2BIG;
+ *   - output (umio_stats, umio_runtime_stats): umio fills the fields it
+ *     has up to size, zeroes the caller's bytes past them, and sets size
+ *     to the bytes it filled;
+ *   - size below sizeof(size_t) (0: not set) fails with EINVAL.
+ * Fields are only ever added at the end; none is removed or reordered
+ * within a SONAME.
+ *
  * Versions. UMIO_VERSION_MAJOR, _MINOR and _PATCH are the version of umio
  * this header belongs to; umio_version() returns the running library's,
  * as a string. The installed library (crates/ffi/install.sh) has the
@@ -51,54 +68,54 @@
 /** Returned by umio_map on failure (the same value as MAP_FAILED). */
 #define UMIO_FAILED ((void *)-1)
 
-// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
+// umio_map_options.hugetlb: hugetlbfs pages or fail with ENOMEM.
 #define UMIO_HUGETLB_REQUIRE 1
 
-// `umio_map_options.hugetlb`: hugetlbfs pages, or ordinary memory with
+// umio_map_options.hugetlb: hugetlbfs pages, or ordinary memory with
 // 2 MiB pages when none is free.
 #define UMIO_HUGETLB_FALLBACK 2
 
-// No special treatment (the same value as `MADV_NORMAL`).
+// No special treatment (the same value as MADV_NORMAL).
 #define UMIO_ADVICE_NORMAL 0
 
-// Expect random access: no read-ahead (`MADV_RANDOM`).
+// Expect random access: no read-ahead (MADV_RANDOM).
 #define UMIO_ADVICE_RANDOM 1
 
 // Expect sequential access: read ahead with the largest window
-// (`MADV_SEQUENTIAL`).
+// (MADV_SEQUENTIAL).
 #define UMIO_ADVICE_SEQUENTIAL 2
 
 // Expect access soon: fetch the range in the background now
-// (`MADV_WILLNEED`).
+// (MADV_WILLNEED).
 #define UMIO_ADVICE_WILLNEED 3
 
 // Drop the range's pages without writing them back; the next access reads
-// the store again (`MADV_DONTNEED`). The range must start on a page
+// the store again (MADV_DONTNEED). The range must start on a page
 // boundary and end on one or at the end of the mapping.
 #define UMIO_ADVICE_DONTNEED 4
 
 // Promote the range's aligned 2 MiB ranges to huge pages on their next
-// miss (`MADV_HUGEPAGE`); needs a page size that divides 2 MiB.
+// miss (MADV_HUGEPAGE); needs a page size that divides 2 MiB.
 #define UMIO_ADVICE_HUGE 14
 
-// Never promote the range to huge pages (`MADV_NOHUGEPAGE`).
+// Never promote the range to huge pages (MADV_NOHUGEPAGE).
 #define UMIO_ADVICE_NOHUGE 15
 
-// Free the range as `MADV_REMOVE` does: dirty pages written back, the
+// Free the range as MADV_REMOVE does: dirty pages written back, the
 // file's bytes in the range punched out, the pages dropped; the range
 // reads zeros afterwards, in the mapping and in the file (a writable
-// mapping; whole 4 KiB pages; `EOPNOTSUPP` where the file system cannot
+// mapping; whole 4 KiB pages; EOPNOTSUPP where the file system cannot
 // punch holes).
 #define UMIO_ADVICE_REMOVE 9
 
-// Evict the range's pages now (`MADV_COLD`), dirty ones written back
+// Evict the range's pages now (MADV_COLD), dirty ones written back
 // first.
 #define UMIO_ADVICE_COLD 20
 
-// As `UMIO_ADVICE_COLD` (`MADV_PAGEOUT`).
+// As UMIO_ADVICE_COLD (MADV_PAGEOUT).
 #define UMIO_ADVICE_PAGEOUT 21
 
-// A page not resident (`struct umio_page_probe.state`).
+// A page not resident (struct umio_page_probe.state).
 #define UMIO_PAGE_EMPTY 0
 
 // A resident page equal to the store.
@@ -107,7 +124,7 @@
 // A resident page written since it was last read or written back.
 #define UMIO_PAGE_DIRTY 2
 
-// A use of a resident page umio observed (`touched`'s `touch`): the first
+// A use of a resident page umio observed (touched's touch): the first
 // write to a clean page (a write-protect fault).
 #define UMIO_TOUCH_FIRST_WRITE 0
 
@@ -115,7 +132,7 @@
 #define UMIO_TOUCH_COALESCED 1
 
 // The page was not resident: this fault read it from the store
-// (`struct umio_fault.kind`).
+// (struct umio_fault.kind).
 #define UMIO_FAULT_MISS 0
 
 // Another thread was filling or changing the page: the fault waited for
@@ -128,7 +145,7 @@
 // The page was already resident when the fault was handled.
 #define UMIO_FAULT_RESOLVED 3
 
-// Most ranges `on_fault` may return for one fault (its `cap`).
+// Most ranges on_fault may return for one fault (its cap).
 #define UMIO_PREFETCH_MAX_RANGES 16
 
 // umio's major version, as umio.h was generated for (the release's
@@ -142,43 +159,43 @@
 #define UMIO_VERSION_PATCH 0
 
 // A store written in C: callbacks umio calls to read and write the bytes
-// of a mapping made with `umio_map_options.store`.
+// of a mapping made with umio_map_options.store.
 //
 // Callbacks are called from umio's threads and from threads calling
-// `umio_flush` or `umio_unmap`, several at once: they must be thread-safe.
-// Each gets `user` as its first argument. A callback reports failure by
-// returning a negative errno (`-EIO`, `-ENOSPC`, ...); umio passes that
+// umio_flush or umio_unmap, several at once: they must be thread-safe.
+// Each gets user as its first argument. A callback reports failure by
+// returning a negative errno (-EIO, -ENOSPC, ...); umio passes that
 // errno on (a failed read raises SIGBUS in the thread that touched the
 // page; a failed write is returned by the next flush or unmap, and the
 // pages stay dirty).
 //
-// Ownership: from the moment `umio_map` is called with these ops, umio
-// owns `user`. `release`, if set, is called exactly once for each such
-// `umio_map` call: before `umio_map` returns if it fails, otherwise once
+// Ownership: from the moment umio_map is called with these ops, umio
+// owns user. release, if set, is called exactly once for each such
+// umio_map call: before umio_map returns if it fails, otherwise once
 // umio is done with the store, after the mapping is unmapped. No other
-// callback is called after `release`.
+// callback is called after release.
 struct umio_store_ops {
-  // Required. Reads up to `len` bytes at `offset` into `buf`; returns the
-  // bytes read, fewer than `len` only at the end of the store (umio
+  // Required. Reads up to len bytes at offset into buf; returns the
+  // bytes read, fewer than len only at the end of the store (umio
   // zeroes the rest), or a negative errno.
   int64_t (*read)(void *user, uint64_t offset, void *buf, size_t len);
-  // Writes up to `len` bytes of `buf` at `offset`, extending the store if
+  // Writes up to len bytes of buf at offset, extending the store if
   // needed; returns the bytes written (umio calls again for the rest) or
-  // a negative errno. NULL makes the store read-only: `PROT_WRITE`
-  // mappings of it fail with `EACCES`.
+  // a negative errno. NULL makes the store read-only: PROT_WRITE
+  // mappings of it fail with EACCES.
   int64_t (*write)(void *user, uint64_t offset, const void *buf, size_t len);
   // Makes every write that has returned durable; returns 0 or a negative
-  // errno. Called by `umio_flush`, `umap_flush` and unmapping. NULL:
+  // errno. Called by umio_flush, umap_flush and unmapping. NULL:
   // nothing to do.
   int (*flush)(void *user);
   // Required. The store's length in bytes, or a negative errno.
   int64_t (*size)(void *user);
-  // Sets the store's length (a `PROT_WRITE` mapping reaching past the
+  // Sets the store's length (a PROT_WRITE mapping reaching past the
   // end extends the store when it is mapped); returns 0 or a negative
   // errno. NULL: the length cannot change, and such mappings fail with
-  // `EFBIG`.
+  // EFBIG.
   int (*resize)(void *user, uint64_t size);
-  // Called once when umio no longer needs `user` (see above). May be
+  // Called once when umio no longer needs user (see above). May be
   // NULL.
   void (*release)(void *user);
   // Passed to every callback.
@@ -195,19 +212,19 @@ struct umio_fault {
   uint64_t offset;
   // 1 if the access was a write, else 0.
   int write;
-  // `UMIO_FAULT_MISS`, `UMIO_FAULT_COALESCED`, `UMIO_FAULT_FIRST_WRITE`
-  // or `UMIO_FAULT_RESOLVED`.
+  // UMIO_FAULT_MISS, UMIO_FAULT_COALESCED, UMIO_FAULT_FIRST_WRITE
+  // or UMIO_FAULT_RESOLVED.
   int kind;
-  // The advice in force for the page (`umio_advise`):
-  // `UMIO_ADVICE_NORMAL`, `UMIO_ADVICE_SEQUENTIAL` or
-  // `UMIO_ADVICE_RANDOM`.
+  // The advice in force for the page (umio_advise):
+  // UMIO_ADVICE_NORMAL, UMIO_ADVICE_SEQUENTIAL or
+  // UMIO_ADVICE_RANDOM.
   int advice;
   // The faulting thread's id (Linux TID), or 0 where the kernel does not
   // report it.
   uint32_t thread;
 };
 
-// Pages `[start, end)` of a mapping.
+// Pages [start, end) of a mapping.
 struct umio_page_range {
   // First page.
   uint64_t start;
@@ -216,31 +233,31 @@ struct umio_page_range {
 };
 
 // A prefetch policy written in C, for one mapping
-// (`umio_map_options.prefetcher`): after each fault of the mapping umio
+// (umio_map_options.prefetcher): after each fault of the mapping umio
 // asks it which pages to fetch ahead, and fills them in the background.
 //
-// Thread safety: `on_fault` is called from umio's filler threads, several
+// Thread safety: on_fault is called from umio's filler threads, several
 // at once: it must be thread-safe (atomics or a mutex for its state) and
 // quick, since it runs on the page-fault path. It must not call any umio
 // function, nor touch memory mapped by umio, nor unwind out of the
 // callback.
 //
-// Ownership: from the moment `umio_map` is called with these ops, umio
-// owns `user`. `release`, if set, is called exactly once for each such
-// `umio_map` call: before `umio_map` returns if it fails, otherwise once
+// Ownership: from the moment umio_map is called with these ops, umio
+// owns user. release, if set, is called exactly once for each such
+// umio_map call: before umio_map returns if it fails, otherwise once
 // umio is done with the prefetcher, after the mapping is unmapped. No
-// other callback is called after `release`. To share one `user` between
-// mappings, count the references in `release`.
+// other callback is called after release. To share one user between
+// mappings, count the references in release.
 struct umio_prefetch_ops {
   // Required. Called after each fault umio serves on the mapping (every
   // fault, not only misses), once the faulting thread is resumed.
-  // Writes up to `cap` (`UMIO_PREFETCH_MAX_RANGES`) page ranges to
-  // fetch to `out[0..n)` and returns `n` (0: fetch nothing). Pages
+  // Writes up to cap (UMIO_PREFETCH_MAX_RANGES) page ranges to
+  // fetch to out[0..n) and returns n (0: fetch nothing). Pages
   // already resident or being filled are skipped, ranges past the end
-  // of the mapping are clipped, empty ranges and any beyond `cap` are
+  // of the mapping are clipped, empty ranges and any beyond cap are
   // ignored. Prefetch uses free cache only: it never evicts.
   size_t (*on_fault)(void *user, const struct umio_fault *fault, struct umio_page_range *out, size_t cap);
-  // Called once when umio no longer needs `user` (see above). May be
+  // Called once when umio no longer needs user (see above). May be
   // NULL.
   void (*release)(void *user);
   // Passed to every callback.
@@ -248,85 +265,90 @@ struct umio_prefetch_ops {
 };
 
 // A huge-page promotion policy written in C, for one mapping
-// (`umio_map_options.promoter`): after each fault of the mapping umio asks
+// (umio_map_options.promoter): after each fault of the mapping umio asks
 // it whether to promote the aligned 2 MiB range around the page to a huge
 // page, and does so in the background.
 //
-// Thread safety, ownership and `release`: as for `struct
-// umio_prefetch_ops`. `should_promote` runs on umio's filler threads,
+// Thread safety, ownership and release: as for struct
+// umio_prefetch_ops. should_promote runs on umio's filler threads,
 // several at once, on the fault path: thread-safe, quick, no umio calls,
 // no touching umio-mapped memory, no unwinding.
 struct umio_promote_ops {
   // Required. Returns nonzero to promote the 2 MiB range holding
-  // `fault->page`. Promotions of one range are coalesced; a promoted
+  // fault->page. Promotions of one range are coalesced; a promoted
   // range is not offered again until it is evicted.
   int (*should_promote)(void *user, const struct umio_fault *fault);
-  // Called once when umio no longer needs `user`. May be NULL.
+  // Called once when umio no longer needs user. May be NULL.
   void (*release)(void *user);
   // Passed to every callback.
   void *user;
 };
 
-// Options of `umio_map`. All zeros (or a NULL pointer) means the
-// runtime's defaults.
+// Options of umio_map. A NULL pointer, or a structure all zeros but
+// size, means the runtime's defaults:
+// struct umio_map_options o = { .size = sizeof o };. The structure may
+// grow in later versions (see "Extensible structures" above).
 struct umio_map_options {
+  // sizeof(struct umio_map_options) as the caller was compiled: umio
+  // reads no byte past it, and fields past it are 0 (their default).
+  size_t size;
   // Fill unit of this region in bytes: a multiple of 4096 up to 1 GiB
   // and at most a quarter of the cache. 0: the runtime's page size.
   size_t page_size;
-  // Prefetch policy by name: `"none"`, `"sequential"` (adaptive
-  // read-ahead) or `"stride"` (fetches ahead along a detected stride,
-  // forward or backward). NULL or `""`: the runtime's, or
-  // `"sequential"` if `read_ahead` is set. Must be NULL or `""` with
-  // `prefetcher`.
+  // Prefetch policy by name: "none", "sequential" (adaptive
+  // read-ahead) or "stride" (fetches ahead along a detected stride,
+  // forward or backward). NULL or "": the runtime's, or
+  // "sequential" if read_ahead is set. Must be NULL or "" with
+  // prefetcher.
   const char *prefetch;
-  // Largest read-ahead window in bytes for `"sequential"` and
-  // `"stride"`; 0: 2 MiB. Must be 0 with `"none"` and with
-  // `prefetcher`.
+  // Largest read-ahead window in bytes for "sequential" and
+  // "stride"; 0: 2 MiB. Must be 0 with "none" and with
+  // prefetcher.
   size_t read_ahead;
-  // Eviction policy by name: `"fifo"`, `"clock"`, `"lru"` or `"2q"`.
-  // Eviction is runtime-wide (see `umio_config_set_eviction`): a name
+  // Eviction policy by name: "fifo", "clock", "lru" or "2q".
+  // Eviction is runtime-wide (see umio_config_set_eviction): a name
   // other than the runtime's (or any name when the runtime's policy is
-  // written in C) fails with `EOPNOTSUPP`. NULL or `""`: the runtime's.
+  // written in C) fails with EOPNOTSUPP. NULL or "": the runtime's.
   const char *eviction;
-  // A store written in C to map instead of a file; `fd` must then be -1.
-  // NULL: map `fd`.
+  // A store written in C to map instead of a file; fd must then be -1.
+  // NULL: map fd.
   const struct umio_store_ops *store;
-  // A prefetch policy written in C for this mapping (see `struct
-  // umio_prefetch_ops`; the struct is copied, `user` is umio's from the
-  // call on). NULL: `prefetch` and `read_ahead` choose.
+  // A prefetch policy written in C for this mapping (see struct
+  // umio_prefetch_ops; the struct is copied, user is umio's from the
+  // call on). NULL: prefetch and read_ahead choose.
   const struct umio_prefetch_ops *prefetcher;
-  // How umio reads and writes the file `fd`: `"pread"` (`pread` and
-  // `pwrite`), `"io_uring"` (io_uring, many requests in flight per
-  // batch), `"io_uring_direct"` (the same with `O_DIRECT`: the file's
-  // pages are cached once, by umio; `EINVAL` where the filesystem
-  // refuses it) or `"dax"` (the file is mapped shared, as persistent
+  // How umio reads and writes the file fd: "pread" (pread and
+  // pwrite), "io_uring" (io_uring, many requests in flight per
+  // batch), "io_uring_direct" (the same with O_DIRECT: the file's
+  // pages are cached once, by umio; EINVAL where the filesystem
+  // refuses it) or "dax" (the file is mapped shared, as persistent
   // memory is, and pages are copied straight from it; its length is
-  // fixed). NULL or `""`: `"pread"`. Must be NULL or `""` with `store`.
-  // `"rados:<settings>"` maps a Ceph RADOS object set instead of a file
-  // (`fd` must be -1; libumio built with the `rados` feature, else
-  // `EOPNOTSUPP`): the settings are `key=value` pairs separated by
-  // commas, `pool` and `prefix` required, and `conf` (a ceph.conf path),
-  // `client` (id), `object_size` (bytes, for a new set), `queue_depth`,
-  // `op_timeout` (seconds; 0 waits forever; default 30) and `create=1`
-  // (create the set `len` bytes long if absent); a bad one is `EINVAL`.
+  // fixed). NULL or "": "pread". Must be NULL or "" with store.
+  // "rados:<settings>" maps a Ceph RADOS object set instead of a file
+  // (fd must be -1; libumio built with the rados feature, else
+  // EOPNOTSUPP): the settings are key=value pairs separated by
+  // commas, pool and prefix required, and conf (a ceph.conf path),
+  // client (id), object_size (bytes, for a new set), queue_depth,
+  // op_timeout (seconds; 0 waits forever; default 30) and create=1
+  // (create the set len bytes long if absent); a bad one is EINVAL.
   const char *backend;
-  // Huge-page promotion policy by name: `"never"`, `"always"` (the 2 MiB
-  // range of every miss) or `"sequential"` (when a thread faults on two
+  // Huge-page promotion policy by name: "never", "always" (the 2 MiB
+  // range of every miss) or "sequential" (when a thread faults on two
   // consecutive pages). Ranges are promoted in the background. Needs a
-  // page size that divides 2 MiB. NULL or `""`: `"never"`. Must be NULL
-  // or `""` with `promoter`.
+  // page size that divides 2 MiB. NULL or "": "never". Must be NULL
+  // or "" with promoter.
   const char *promote;
-  // A promotion policy written in C for this mapping (see `struct
-  // umio_promote_ops`; copied, `user` is umio's from the call on).
+  // A promotion policy written in C for this mapping (see struct
+  // umio_promote_ops; copied, user is umio's from the call on).
   const struct umio_promote_ops *promoter;
-  // `UMIO_HUGETLB_REQUIRE`: back the mapping with hugetlbfs 2 MiB pages
-  // (the page size is then 2 MiB; `ENOMEM` when the pool has no free
-  // page: raise `vm.nr_hugepages`). `UMIO_HUGETLB_FALLBACK`: the same,
+  // UMIO_HUGETLB_REQUIRE: back the mapping with hugetlbfs 2 MiB pages
+  // (the page size is then 2 MiB; ENOMEM when the pool has no free
+  // page: raise vm.nr_hugepages). UMIO_HUGETLB_FALLBACK: the same,
   // or ordinary memory with 2 MiB pages when the pool is empty. 0: no.
   int hugetlb;
 };
 
-// The runtime's configuration: see `umio_config_get`.
+// The runtime's configuration: see umio_config_get.
 struct umio_config {
   // Default page size of regions in bytes.
   uint64_t page_size;
@@ -342,21 +364,21 @@ struct umio_config {
   uint32_t low_water;
   // Default largest read-ahead window in bytes; 0: no read-ahead.
   uint64_t read_ahead;
-  // The eviction policy's name: `"fifo"`, `"clock"`, `"lru"`, `"2q"` or,
-  // for one installed with `umio_config_set_eviction_ops`, `"custom"` (a
+  // The eviction policy's name: "fifo", "clock", "lru", "2q" or,
+  // for one installed with umio_config_set_eviction_ops, "custom" (a
   // static string).
   const char *eviction;
   // 1 once the runtime runs (the settings are then fixed), else 0.
   int running;
-  // Fault events a filler reads with one `read(2)`.
+  // Fault events a filler reads with one read(2).
   uint32_t max_fault_events;
-  // Bound on the bytes of huge pages, kept apart from `cache_bytes`
-  // (`umio_config_set_huge_cache_bytes`); 0: no separate pool.
+  // Bound on the bytes of huge pages, kept apart from cache_bytes
+  // (umio_config_set_huge_cache_bytes); 0: no separate pool.
   uint64_t huge_cache_bytes;
 };
 
-// A page: `index` (page number within its mapping, from 0) of the
-// mapping `region`. Region numbers are given by umio, start at 1 and are
+// A page: index (page number within its mapping, from 0) of the
+// mapping region. Region numbers are given by umio, start at 1 and are
 // never reused within a process.
 struct umio_page_key {
   // The mapping's number.
@@ -367,102 +389,107 @@ struct umio_page_key {
 
 // What the probe function tells of a page.
 struct umio_page_probe {
-  // `UMIO_PAGE_EMPTY`, `UMIO_PAGE_CLEAN` or `UMIO_PAGE_DIRTY`.
+  // UMIO_PAGE_EMPTY, UMIO_PAGE_CLEAN or UMIO_PAGE_DIRTY.
   int state;
   // 1 while a thread fills, dirties, writes back or evicts the page (it
-  // keeps `state` meanwhile), else 0. A busy page is not a victim now.
+  // keeps state meanwhile), else 0. A busy page is not a victim now.
   int busy;
   // 1 if the page was referenced (first write, or a fault while busy)
   // since a probe last cleared the bit, else 0.
   int referenced;
-  // 1 if the page is pinned (`umio_pin`): never a victim. A policy may
-  // forget it; umio reports it with `inserted` again when it is
+  // 1 if the page is pinned (umio_pin): never a victim. A policy may
+  // forget it; umio reports it with inserted again when it is
   // unpinned.
   int pinned;
 };
 
-// The probe function umio passes to `select_victims` and `purge`: fills
-// `*out` with the state of page `key`, clearing its referenced bit if
-// `clear_referenced` is non-zero. Returns 1, or 0 if the page's mapping is
-// gone (forget the key), or -1 with errno `EINVAL` if `ctx` or `out` is
-// NULL or misaligned. Call it only with the `ctx` passed with it and only
+// The probe function umio passes to select_victims and purge: fills
+// *out with the state of page key, clearing its referenced bit if
+// clear_referenced is non-zero. Returns 1, or 0 if the page's mapping is
+// gone (forget the key), or -1 with errno EINVAL if ctx or out is
+// NULL or misaligned. Call it only with the ctx passed with it and only
 // before the callback that received them returns.
 typedef int (*umio_probe_fn)(const void *ctx, struct umio_page_key key, int clear_referenced, struct umio_page_probe *out);
 
 // An eviction policy written in C: callbacks umio calls to tell it which
 // pages became resident and were used, and to ask it which to evict.
-// Install it with `umio_config_set_eviction_ops`; it then serves every
+// Install it with umio_config_set_eviction_ops; it then serves every
 // mapping (the cache is shared).
 //
 // Thread safety: the callbacks are called from umio's filler threads (on
 // the page-fault path), its evictor threads and threads calling
-// `umio_unmap`, `uunmap`, `umio_pin` or `umio_unpin`, several at once and
+// umio_unmap, uunmap, umio_pin or umio_unpin, several at once and
 // concurrently with each other: they must be thread-safe (a mutex around
 // the policy's state is enough) and quick, since a faulting thread may
 // wait for them. They must not call any umio function (other than the
 // probe function handed to them), nor touch memory mapped by umio, nor
-// unwind (C++ exceptions, `longjmp`) out of the callback.
+// unwind (C++ exceptions, longjmp) out of the callback.
 //
-// What umio reports: a page is reported (`inserted`, `prefetched`,
-// `restore`) only once it is resident and no longer busy. A policy may
+// What umio reports: a page is reported (inserted, prefetched,
+// restore) only once it is resident and no longer busy. A policy may
 // keep keys of pages that are no longer resident and may hold a key more
 // than once: the probe says a page is gone (0) or empty, and umio itself
-// checks every victim again before evicting it. Each callback gets `user`
+// checks every victim again before evicting it. Each callback gets user
 // as its first argument.
 //
-// Ownership: from the moment `umio_config_set_eviction_ops` is called
-// with these ops, umio owns `user`. `release`, if set, is called exactly
-// once when umio no longer needs `user`: before the setter returns if it
-// fails, or when a later `umio_config_set_eviction_ops` or
-// `umio_config_set_eviction` replaces it before the first mapping. Once
+// Ownership: from the moment umio_config_set_eviction_ops is called
+// with these ops, umio owns user. release, if set, is called exactly
+// once when umio no longer needs user: before the setter returns if it
+// fails, or when a later umio_config_set_eviction_ops or
+// umio_config_set_eviction replaces it before the first mapping. Once
 // the runtime has started with it, it is in use until the process exits,
-// and `release` is not called. No callback is called after `release`.
+// and release is not called. No callback is called after release.
 struct umio_eviction_ops {
   // A page became resident because a thread missed on it, or became an
   // eviction candidate again (unpinned). NULL: ignored.
   void (*inserted)(void *user, struct umio_page_key key);
   // A page became resident by prefetch or read-ahead: no thread has
-  // asked for it yet. NULL: umio calls `inserted` instead.
+  // asked for it yet. NULL: umio calls inserted instead.
   void (*prefetched)(void *user, struct umio_page_key key);
-  // umio observed a use of a resident page: `touch` is
-  // `UMIO_TOUCH_FIRST_WRITE` or `UMIO_TOUCH_COALESCED`. umio sees no
+  // umio observed a use of a resident page: touch is
+  // UMIO_TOUCH_FIRST_WRITE or UMIO_TOUCH_COALESCED. umio sees no
   // accessed bits: reads of a resident page never reach it. NULL:
   // ignored.
   void (*touched)(void *user, struct umio_page_key key, int touch);
-  // A page `select_victims` returned was not evicted (it changed after
+  // A page select_victims returned was not evicted (it changed after
   // it was picked, or its write-back failed): it is resident and must
   // be tracked again, or its space is lost to eviction. NULL: umio
-  // calls `inserted` instead.
+  // calls inserted instead.
   void (*restore)(void *user, struct umio_page_key key);
-  // Mapping `region` is gone: forget its pages. NULL: ignored (the
+  // Mapping region is gone: forget its pages. NULL: ignored (the
   // probe reports its pages gone).
   void (*forget_region)(void *user, uint64_t region);
-  // Required. Chooses up to `max` pages to evict, removes them from the
-  // policy and writes their keys to `out[0..n)`; returns `n`. Pass
-  // candidates to `probe(probe_ctx, key, clear_referenced, &p)` to learn
+  // Required. Chooses up to max pages to evict, removes them from the
+  // policy and writes their keys to out[0..n); returns n. Pass
+  // candidates to probe(probe_ctx, key, clear_referenced, &p) to learn
   // their state: a victim should be resident (clean or dirty), not
   // busy and not pinned. umio checks each victim again before evicting
-  // it (a page that changed meanwhile comes back through `restore`),
-  // ignores keys returned twice and values of `n` above `max`, and
-  // evicts nothing when `n` is 0 (the cache then stays full: return
+  // it (a page that changed meanwhile comes back through restore),
+  // ignores keys returned twice and values of n above max, and
+  // evicts nothing when n is 0 (the cache then stays full: return
   // victims whenever resident, unpinned pages exist).
   size_t (*select_victims)(void *user, umio_probe_fn probe, const void *probe_ctx, struct umio_page_key *out, size_t max);
   // Keys the policy holds now (resident pages plus stale entries).
   // When it exceeds twice the pages the cache can hold, umio calls
-  // `purge`. NULL: never purged.
+  // purge. NULL: never purged.
   size_t (*tracked)(void *user);
   // Drops stale keys: pages the probe reports gone, empty or pinned,
   // and duplicates. NULL: nothing to do.
   void (*purge)(void *user, umio_probe_fn probe, const void *probe_ctx);
-  // Called once when umio no longer needs `user` (see above). May be
+  // Called once when umio no longer needs user (see above). May be
   // NULL.
   void (*release)(void *user);
   // Passed to every callback.
   void *user;
 };
 
-// Counters of one mapping since it was mapped.
+// Counters of one mapping since it was mapped. The structure may grow in
+// later versions (see "Extensible structures" above): set size before
+// the call.
 struct umio_stats {
+  // Set by the caller to sizeof(struct umio_stats); umio writes no
+  // byte past it, and sets it to the bytes it filled.
+  size_t size;
   // Page faults served.
   uint64_t faults;
   // Of those, faults served without a store read (the page was being
@@ -483,8 +510,8 @@ struct umio_stats {
   // Faults that made no progress, which umio ended instead of letting
   // the thread fault forever (the kernel refused a fill: SIGBUS; or the
   // page's mapping was dropped behind umio's back, say by the
-  // application's own `madvise(MADV_DONTNEED)`: a clean page is filled
-  // again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
+  // application's own madvise(MADV_DONTNEED): a clean page is filled
+  // again, a dirty one gives SIGBUS). Each is logged (UMAP_LOG_LEVEL);
   // 0 in a correct program.
   uint64_t no_progress_faults;
 };
@@ -493,305 +520,309 @@ struct umio_stats {
 extern "C" {
 #endif // __cplusplus
 
-// Maps `len` bytes of the file open as `fd` (or of `options->store`) from
-// `offset`, as `mmap` does, with page faults served by umio.
+// Maps len bytes of the file open as fd (or of options->store) from
+// offset, as mmap does, with page faults served by umio.
 //
-// `prot` is `PROT_READ`, optionally with `PROT_WRITE` (which needs a
-// descriptor open read-write, else `EACCES`); `flags` is `MAP_SHARED` or
-// `MAP_PRIVATE` (the same here: writes reach the file at the latest on
-// flush or unmap), optionally with `MAP_FIXED` or `MAP_FIXED_NOREPLACE`
-// (then `addr` is a non-NULL multiple of 4096). `MAP_FIXED` replaces
-// what is mapped in the range, as `mmap` does, umio mappings included:
+// prot is PROT_READ, optionally with PROT_WRITE (which needs a
+// descriptor open read-write, else EACCES); flags is MAP_SHARED or
+// MAP_PRIVATE (the same here: writes reach the file at the latest on
+// flush or unmap), optionally with MAP_FIXED or MAP_FIXED_NOREPLACE
+// (then addr is a non-NULL multiple of 4096). MAP_FIXED replaces
+// what is mapped in the range, as mmap does, umio mappings included:
 // their dirty pages there are written back first, the rest of them stays
 // mapped; a range that would split one of their pages holding bytes in
-// use outside it fails with `EINVAL` and changes nothing (a page is
-// umio's fill unit). `offset` is a multiple of
-// 4096. `len` 0 maps from `offset` to the end of the store. Bytes past
-// the end of the store read as zeros; a `PROT_WRITE` mapping reaching
+// use outside it fails with EINVAL and changes nothing (a page is
+// umio's fill unit). offset is a multiple of
+// 4096. len 0 maps from offset to the end of the store. Bytes past
+// the end of the store read as zeros; a PROT_WRITE mapping reaching
 // past the end extends the store when it is mapped.
 //
-// Other flags, as `mmap` users pass them (checked beside `mmap` by
-// `tests/c/flags.c`; `umap` takes the same):
+// Other flags, as mmap users pass them (checked beside mmap by
+// tests/c/flags.c; umap takes the same):
 //
 // | flag | meaning |
-// |---|---|
-// | `MAP_NORESERVE` | accepted: umio reserves no swap |
-// | `MAP_POPULATE` | every page read in before the call returns |
-// | `MAP_LOCKED` | every page read in and pinned (`ENOMEM` beyond half of the cache) |
-// | `MAP_HUGETLB` (`MAP_HUGE_2MB` or no size) | hugetlbfs 2 MiB pages (`ENOMEM` without free ones) |
-// | `MAP_ANONYMOUS` (`fd` -1, `offset` 0) | zero-filled memory over a nameless scratch file |
-// | anything else | `EINVAL`, the reason logged |
+// | MAP_NORESERVE | accepted: umio reserves no swap |
+// | MAP_POPULATE | every page read in before the call returns |
+// | MAP_LOCKED | every page read in and pinned (ENOMEM beyond half of the cache) |
+// | MAP_HUGETLB (MAP_HUGE_2MB or no size) | hugetlbfs 2 MiB pages (ENOMEM without free ones) |
+// | MAP_ANONYMOUS (fd -1, offset 0) | zero-filled memory over a nameless scratch file |
+// | anything else | EINVAL, the reason logged |
 //
-// Returns the address, or `UMIO_FAILED` with errno: `EINVAL` (bad
-// `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
-// (`fd` not open), `EACCES` (file not open for reading, or `PROT_WRITE`
-// on a read-only descriptor or store), `ENODEV` (not a regular file or
-// block device), `EEXIST` (`MAP_FIXED_NOREPLACE` over a mapping),
-// `EOPNOTSUPP`, `ENOMEM`, or the errno of the store or the system call
+// Returns the address, or UMIO_FAILED with errno: EINVAL (bad
+// prot, flags, offset, len, options or fixed address, or
+// options->size not set), E2BIG (options->size larger than this
+// library's structure, with fields it does not know set), EBADF
+// (fd not open), EACCES (file not open for reading, or PROT_WRITE
+// on a read-only descriptor or store), ENODEV (not a regular file or
+// block device), EEXIST (MAP_FIXED_NOREPLACE over a mapping),
+// EOPNOTSUPP, ENOMEM, or the errno of the store or the system call
 // that failed.
 //
-// # Safety
-// `options` is NULL or points to a valid `struct umio_map_options` whose
-// strings are NUL-terminated and whose store (if any) follows the
-// contract of `struct umio_store_ops`. With `MAP_FIXED`, whatever the
-// process had mapped at `[addr, addr + len)` is replaced.
+// Requirements:
+// options is NULL or points to a valid struct umio_map_options (its
+// first size bytes readable) whose strings are NUL-terminated and
+// whose store (if any) follows the contract of struct umio_store_ops.
+// With MAP_FIXED, whatever the process had mapped at [addr, addr +
+// len) is replaced.
 void *umio_map(void *addr, size_t len, int prot, int flags, int fd, off_t offset, const struct umio_map_options *options);
 
-// Writes back and unmaps `[addr, addr + len)` of a mapping: `addr` on one
-// of its page boundaries, `len` rounded up to whole pages; the rest stays
-// mapped. Returns 0, or -1 with errno `EINVAL` (a range umio does not
+// Writes back and unmaps [addr, addr + len) of a mapping: addr on one
+// of its page boundaries, len rounded up to whole pages; the rest stays
+// mapped. Returns 0, or -1 with errno EINVAL (a range umio does not
 // map, or no longer maps) or the write-back's errno (the range is unmapped
 // anyway).
 //
-// # Safety
+// Requirements:
 // Nothing may use the unmapped memory afterwards.
 int umio_unmap(void *addr, size_t len);
 
-// Writes back the dirty pages of `[addr, addr + len)` and makes them
-// durable; `len` 0: from `addr` to the end of its mapping. Returns 0, or
-// -1 with errno `EINVAL` (not a range of one umio mapping) or the store's
+// Writes back the dirty pages of [addr, addr + len) and makes them
+// durable; len 0: from addr to the end of its mapping. Returns 0, or
+// -1 with errno EINVAL (not a range of one umio mapping) or the store's
 // errno (the failed pages stay dirty).
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_flush(const void *addr, size_t len);
 
-// Writes `len` bytes from `buf` to the store behind `[addr, addr + len)`
-// of a umio mapping, as `pwrite(2)` of a kernel-mapped file does: the
+// Writes len bytes from buf to the store behind [addr, addr + len)
+// of a umio mapping, as pwrite(2) of a kernel-mapped file does: the
 // mapping's dirty pages in the range are written back first (nothing
-// written through the mapping is lost), then `buf` goes to the store, then
+// written through the mapping is lost), then buf goes to the store, then
 // the mapping's pages in the range are dropped, so that its next access
-// shows the new bytes. Use it, not `pwrite` on the file, to write a file
-// you also map (or call `umio_write_back` before and `umio_invalidate`
-// after your own write). The store is not synced: `umio_flush` does.
+// shows the new bytes. Use it, not pwrite on the file, to write a file
+// you also map (or call umio_write_back before and umio_invalidate
+// after your own write). The store is not synced: umio_flush does.
 // The mapping itself need not be writable; the file must be open for
-// writing. Returns 0, or -1 with errno `EINVAL` (`buf` null, `len` 0, or
-// the range not within one umio mapping), `EACCES` (a read-only store),
+// writing. Returns 0, or -1 with errno EINVAL (buf null, len 0, or
+// the range not within one umio mapping), EACCES (a read-only store),
 // or the store's errno.
 //
-// # Safety
-// `buf` points to `len` readable bytes that do not overlap the mapping.
+// Requirements:
+// buf points to len readable bytes that do not overlap the mapping.
 int umio_pwrite(void *addr, const void *buf, size_t len);
 
-// Writes the dirty pages of `[addr, addr + len)` to the store without
-// syncing it, so that `read(2)` of the mapped file sees them; `len` 0:
-// from `addr` to the end of its mapping. Returns 0, or -1 with errno
-// `EINVAL` (not a range of one umio mapping) or the store's errno (the
+// Writes the dirty pages of [addr, addr + len) to the store without
+// syncing it, so that read(2) of the mapped file sees them; len 0:
+// from addr to the end of its mapping. Returns 0, or -1 with errno
+// EINVAL (not a range of one umio mapping) or the store's errno (the
 // failed pages stay dirty).
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_write_back(const void *addr, size_t len);
 
-// The file behind `[addr, addr + len)` changed by other means (a
-// `pwrite` of your own): writes the range's dirty pages back (without
+// The file behind [addr, addr + len) changed by other means (a
+// pwrite of your own): writes the range's dirty pages back (without
 // syncing), then drops the pages overlapping it, so that the next access
-// reads the file again; `len` 0: to the end of the mapping. Returns 0, or
-// -1 with errno `EINVAL` (not a range of one umio mapping) or the store's
+// reads the file again; len 0: to the end of the mapping. Returns 0, or
+// -1 with errno EINVAL (not a range of one umio mapping) or the store's
 // errno (nothing was dropped).
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_invalidate(const void *addr, size_t len);
 
-// Starts filling the pages of `[addr, addr + len)` in the background and
-// returns at once; `len` 0: to the end of the mapping. Returns 0, or -1
-// with errno `EINVAL`.
+// Starts filling the pages of [addr, addr + len) in the background and
+// returns at once; len 0: to the end of the mapping. Returns 0, or -1
+// with errno EINVAL.
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_prefetch(const void *addr, size_t len);
 
-// Advice for `[addr, addr + len)`, as `madvise(2)`: one of the
-// `UMIO_ADVICE_*` values (equal to Linux's `MADV_*`). `len` 0: to the end
-// of the mapping. Returns 0, or -1 with errno `EINVAL`.
+// Advice for [addr, addr + len), as madvise(2): one of the
+// UMIO_ADVICE_* values (equal to Linux's MADV_*). len 0: to the end
+// of the mapping. Returns 0, or -1 with errno EINVAL.
 //
-// # Safety
-// After `UMIO_ADVICE_DONTNEED`, changes not yet written back are lost.
+// Requirements:
+// After UMIO_ADVICE_DONTNEED, changes not yet written back are lost.
 int umio_advise(const void *addr, size_t len, int advice);
 
-// Reads the pages of `[addr, addr + len)` now and pins them: they are not
-// evicted until `umio_unpin`, and flush and unmap write them back like
-// any page. Returns 0, or -1 with errno `EINVAL`, `ENOMEM` (pinned pages
+// Reads the pages of [addr, addr + len) now and pins them: they are not
+// evicted until umio_unpin, and flush and unmap write them back like
+// any page. Returns 0, or -1 with errno EINVAL, ENOMEM (pinned pages
 // would hold more than half of the cache) or the store's errno.
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_pin(const void *addr, size_t len);
 
-// Unpins the pages of `[addr, addr + len)`. Returns 0, or -1 with errno
-// `EINVAL`.
+// Unpins the pages of [addr, addr + len). Returns 0, or -1 with errno
+// EINVAL.
 //
-// # Safety
+// Requirements:
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_unpin(const void *addr, size_t len);
 
-// Copies the runtime's configuration to `*out`: the settings in force,
+// Copies the runtime's configuration to *out: the settings in force,
 // or before the first mapping those it would start with (defaults, the
-// `UMAP_*` environment, and the setters called so far). Returns 0, or -1
-// with errno `EINVAL` (`out` NULL or misaligned, or a malformed `UMAP_*`
+// UMAP_* environment, and the setters called so far). Returns 0, or -1
+// with errno EINVAL (out NULL or misaligned, or a malformed UMAP_*
 // variable).
 //
-// # Safety
-// `out` points to writable memory for a `struct umio_config`.
+// Requirements:
+// out points to writable memory for a struct umio_config.
 int umio_config_get(struct umio_config *out);
 
 // Default page size of regions in bytes: a multiple of 4096 up to 1 GiB
-// (default 64 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
+// (default 64 KiB; UMAP_PAGESIZE). Like every umio_config_set_*
 // call, it overrides the environment, works only before the first
-// mapping (after it: -1 with errno `EBUSY`), and fails with `EINVAL` for
+// mapping (after it: -1 with errno EBUSY), and fails with EINVAL for
 // a value out of range.
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_page_size(size_t bytes);
 
 // Bound on the bytes of all resident pages together: at least 4 pages
 // (checked at the first mapping). Default: a quarter of physical memory,
-// 64 MiB to 4 GiB; `UMAP_BUFSIZE` gives it in pages.
+// 64 MiB to 4 GiB; UMAP_BUFSIZE gives it in pages.
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_cache_bytes(uint64_t bytes);
 
 // Changes the cache bound while the runtime runs (before the first
-// mapping: as `umio_config_set_cache_bytes`). Growing takes effect at
+// mapping: as umio_config_set_cache_bytes). Growing takes effect at
 // once; shrinking returns at once and the evictors bring the cache down
 // to the new bound in the background, writing dirty pages back first and
 // leaving pinned pages alone. Stops an automatic bound
-// (`umio_config_set_cache_auto`). Returns 0, or -1 with errno `EINVAL`
+// (umio_config_set_cache_auto). Returns 0, or -1 with errno EINVAL
 // (fewer than 4 pages of the page size or of a mapped region's) or
-// `EBUSY` (pinned pages would hold more than half of the cache); nothing
+// EBUSY (pinned pages would hold more than half of the cache); nothing
 // changes then.
 //
-// # Safety
+// Requirements:
 // None.
 int umio_set_cache_bytes(uint64_t bytes);
 
-// An automatic cache bound: `share` (more than 0, at most 1; kept to a
+// An automatic cache bound: share (more than 0, at most 1; kept to a
 // thousandth) of the memory left for umio, following the process's memory
 // cgroup limit and the machine's memory pressure while it runs (see the
 // README, "A cache that follows memory"). Before the first mapping only;
-// replaces `umio_config_set_cache_bytes`. Returns 0, or -1 with errno
-// `EINVAL` (a share out of range) or `EBUSY` (the runtime runs).
+// replaces umio_config_set_cache_bytes. Returns 0, or -1 with errno
+// EINVAL (a share out of range) or EBUSY (the runtime runs).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_cache_auto(double share);
 
-// A separate pool of `bytes` for huge pages (xmap's two pools): regions
+// A separate pool of bytes for huge pages (xmap's two pools): regions
 // of 2 MiB pages (hugetlbfs ones among them) and 2 MiB ranges promoted
 // to transparent huge pages are cached and evicted within it, so scans
 // through huge pages never evict small pages, nor the reverse;
-// `cache_bytes` then bounds the small pages. At least 8 MiB (four huge
+// cache_bytes then bounds the small pages. At least 8 MiB (four huge
 // pages), or 0 for no separate pool (the default;
-// `UMIO_HUGE_CACHE_BYTES`, in bytes).
+// UMIO_HUGE_CACHE_BYTES, in bytes).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_huge_cache_bytes(uint64_t bytes);
 
 // Threads serving page faults: 1 to 256 (default: CPUs, 1 to 4;
-// `UMAP_PAGE_FILLERS`).
+// UMAP_PAGE_FILLERS).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_fillers(unsigned int n);
 
-// Background eviction threads: 0 to 64 (default 1; `UMAP_PAGE_EVICTORS`).
+// Background eviction threads: 0 to 64 (default 1; UMAP_PAGE_EVICTORS).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_evictors(unsigned int n);
 
-// Background eviction starts when the cache is `high` percent full and
-// stops at `low`: 0 <= low <= high <= 100, high > 0 (default 90 and 70;
-// `UMAP_EVICT_HIGH_WATER_THRESHOLD`, `UMAP_EVICT_LOW_WATER_THRESHOLD`).
+// Background eviction starts when the cache is high percent full and
+// stops at low: 0 <= low <= high <= 100, high > 0 (default 90 and 70;
+// UMAP_EVICT_HIGH_WATER_THRESHOLD, UMAP_EVICT_LOW_WATER_THRESHOLD).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_watermarks(unsigned int high, unsigned int low);
 
-// Eviction policy of the runtime by name: `"fifo"`, `"clock"`, `"lru"`
-// or `"2q"`, any case (default `"clock"`; `UMIO_EVICTION`).
+// Eviction policy of the runtime by name: "fifo", "clock", "lru"
+// or "2q", any case (default "clock"; UMIO_EVICTION).
 //
-// # Safety
-// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+// Requirements:
+// name is NULL (EINVAL) or a NUL-terminated string.
 int umio_config_set_eviction(const char *name);
 
-// Installs an eviction policy written in C as the runtime's (see `struct
-// umio_eviction_ops`; the struct is copied and `user` is umio's from the
+// Installs an eviction policy written in C as the runtime's (see struct
+// umio_eviction_ops; the struct is copied and user is umio's from the
 // call on, released at once if the call fails). Replaces any policy
-// chosen before by `umio_config_set_eviction`, `UMIO_EVICTION` or an
-// earlier call (whose `release` is then called). Before the first mapping
-// only (after it: -1 with errno `EBUSY`); `EINVAL` if `ops` is NULL or
-// misaligned or `select_victims` is NULL.
+// chosen before by umio_config_set_eviction, UMIO_EVICTION or an
+// earlier call (whose release is then called). Before the first mapping
+// only (after it: -1 with errno EBUSY); EINVAL if ops is NULL or
+// misaligned or select_victims is NULL.
 //
-// # Safety
-// `ops` is NULL or points to a valid `struct umio_eviction_ops` whose
+// Requirements:
+// ops is NULL or points to a valid struct umio_eviction_ops whose
 // callbacks follow its contract.
 int umio_config_set_eviction_ops(const struct umio_eviction_ops *ops);
 
-// Most fault events a filler reads with one `read(2)`: 1 to 4096
-// (default 256; `UMAP_MAX_FAULT_EVENTS`).
+// Most fault events a filler reads with one read(2): 1 to 4096
+// (default 256; UMAP_MAX_FAULT_EVENTS).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_max_fault_events(unsigned int n);
 
 // Default largest read-ahead window in bytes; 0: no read-ahead (default
-// 2 MiB; `UMAP_READ_AHEAD` gives it in pages).
+// 2 MiB; UMAP_READ_AHEAD gives it in pages).
 //
-// # Safety
+// Requirements:
 // None.
 int umio_config_set_read_ahead(size_t bytes);
 
 // Which page faults the runtime's userfaultfd receives, by name (any
-// case): `"auto"` (the default: full mode where the process may use it,
-// else user-mode-only), `"full"` (full mode or the first mapping fails
-// with `EPERM`: run as root, grant read-write access to
-// `/dev/userfaultfd`, or set `vm.unprivileged_userfaultfd=1`) or
-// `"user"` (user-mode-only even where full mode is allowed). Overrides
-// `UMIO_UFFD_MODE`; before the first mapping only (after it `EBUSY`);
-// `EINVAL` for NULL or another name. See `umio_user_mode_only`.
+// case): "auto" (the default: full mode where the process may use it,
+// else user-mode-only), "full" (full mode or the first mapping fails
+// with EPERM: run as root, grant read-write access to
+// /dev/userfaultfd, or set vm.unprivileged_userfaultfd=1) or
+// "user" (user-mode-only even where full mode is allowed). Overrides
+// UMIO_UFFD_MODE; before the first mapping only (after it EBUSY);
+// EINVAL for NULL or another name. See umio_user_mode_only.
 //
-// # Safety
-// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+// Requirements:
+// name is NULL (EINVAL) or a NUL-terminated string.
 int umio_config_set_uffd_mode(const char *name);
 
 // 1 if the runtime serves user-mode page faults only, 0 if it runs in
 // full mode; before the first mapping, what a mapping made now would get.
-// -1 with errno if no userfaultfd can be opened at all (`EPERM`, `EINVAL`
+// -1 with errno if no userfaultfd can be opened at all (EPERM, EINVAL
 // before Linux 5.11), if full mode is required and not permitted
-// (`EPERM`), or if the `UMAP_*`/`UMIO_*` environment is malformed
-// (`EINVAL`).
+// (EPERM), or if the UMAP_*/UMIO_* environment is malformed
+// (EINVAL).
 //
 // In user-mode-only mode a system call given a mapped buffer fails with
-// `EFAULT` (or moves fewer bytes) where a page of it is not resident, or
+// EFAULT (or moves fewer bytes) where a page of it is not resident, or
 // where it writes into a page that is resident but clean in a writable
-// mapping: pin the range first (`umap_fetch_and_pin`, `umio_pin`) and, if
+// mapping: pin the range first (umap_fetch_and_pin, umio_pin) and, if
 // the kernel is to write into it, store one byte to each page of it.
 //
-// # Safety
+// Requirements:
 // None.
 int umio_user_mode_only(void);
 
-// Copies the counters of the mapping holding `addr` to `*out`. Returns 0,
-// or -1 with errno `EINVAL` (`out` NULL or misaligned, or `addr` in no
-// umio mapping).
+// Copies the counters of the mapping holding addr to *out
+// (struct umio_stats s = { .size = sizeof s }; umio_stats(p, &s);).
+// Returns 0, or -1 with errno EINVAL (out NULL or misaligned,
+// out->size not set, or addr in no umio mapping).
 //
-// # Safety
-// `out` points to writable memory for a `struct umio_stats`.
+// Requirements:
+// out points to a struct umio_stats whose first size bytes are
+// writable.
 int umio_stats(const void *addr, struct umio_stats *out);
 
 // The version of the library the program runs with, as a string
-// `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`), static: never freed,
+// "MAJOR.MINOR.PATCH" (for example "0.1.0"), static: never freed,
 // never NULL. Compare it with the UMIO_VERSION_* macros of the header the
 // program was compiled with to detect a library older than the header.
 // Thread-safe, and safe to call at any time, in a forked child too.

@@ -32,6 +32,7 @@
 
 mod boundary;
 mod config;
+mod extensible;
 mod logging;
 mod map;
 pub mod native;

@@ -29,6 +29,52 @@ fn generate(config: cbindgen::Config) -> String {
     String::from_utf8(out).expect("cbindgen writes UTF-8")
 }
 
+/// cbindgen copies Rust doc comments as they are; a C header speaks C:
+/// in its comments, rustdoc headings (`# Safety`) become plain labels
+/// ("Requirements:"), Markdown's backticks and table rules go.
+fn as_c_documentation(header: &str) -> String {
+    let mut out = String::with_capacity(header.len());
+    for line in header.lines() {
+        let body = line.trim_start();
+        if let Some(text) = body.strip_prefix("//") {
+            let indent = &line[..line.len() - body.len()];
+            let text = text.trim_start();
+            if text.starts_with("|-") {
+                continue;
+            }
+            let text = match text.strip_prefix("# ") {
+                Some("Safety") => "Requirements:".to_string(),
+                Some(heading) => format!("{heading}:"),
+                None => text.replace('`', ""),
+            };
+            if text.is_empty() {
+                out.push_str(&format!("{indent}//\n"));
+            } else {
+                out.push_str(&format!("{indent}// {text}\n"));
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn umio_h_comments_are_c_documentation() {
+    let header = std::fs::read_to_string(crate_dir().join("include/umio.h")).unwrap();
+    for (n, line) in header.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            assert!(
+                !line.contains('`') && !line.contains("# "),
+                "umio.h:{}: Markdown in a C comment: {line}",
+                n + 1
+            );
+        }
+    }
+    assert!(header.contains("Requirements:"));
+}
+
 fn umio_config() -> cbindgen::Config {
     cbindgen::Config::from_file(crate_dir().join("cbindgen.toml")).expect("cbindgen.toml parses")
 }
@@ -36,7 +82,7 @@ fn umio_config() -> cbindgen::Config {
 #[test]
 fn umio_h_is_what_cbindgen_generates() {
     let path = crate_dir().join("include/umio.h");
-    let generated = generate(umio_config());
+    let generated = as_c_documentation(&generate(umio_config()));
     if std::env::var_os("UMIO_BLESS").is_some() {
         std::fs::write(&path, &generated).unwrap();
         return;

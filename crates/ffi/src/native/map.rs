@@ -10,19 +10,29 @@ use super::name;
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
 use crate::config;
 use crate::config::Eviction;
+use crate::extensible::{self, Extensible};
 use crate::map::{self, Backend, Request, Source};
 use crate::prefetcher::{CPrefetcher, umio_prefetch_ops};
 use crate::promoter::{CPromoter, umio_promote_ops};
 use crate::store::{CStore, umio_store_ops};
 
+// SAFETY: repr(C), `size` first, integers and raw pointers only.
+unsafe impl Extensible for umio_map_options {}
+
 /// Read-ahead window of a region whose options name a policy but no window.
 const DEFAULT_WINDOW: usize = 2 << 20;
 
-/// Options of `umio_map`. All zeros (or a NULL pointer) means the
-/// runtime's defaults.
+/// Options of `umio_map`. A NULL pointer, or a structure all zeros but
+/// `size`, means the runtime's defaults:
+/// `struct umio_map_options o = { .size = sizeof o };`. The structure may
+/// grow in later versions (see "Extensible structures" above).
 #[repr(C)]
+#[derive(Clone, Copy)]
 #[allow(non_camel_case_types)]
 pub struct umio_map_options {
+    /// `sizeof(struct umio_map_options)` as the caller was compiled: umio
+    /// reads no byte past it, and fields past it are 0 (their default).
+    pub size: usize,
     /// Fill unit of this region in bytes: a multiple of 4096 up to 1 GiB
     /// and at most a quarter of the cache. 0: the runtime's page size.
     pub page_size: usize,
@@ -115,7 +125,9 @@ pub const UMIO_HUGETLB_FALLBACK: c_int = 2;
 /// | anything else | `EINVAL`, the reason logged |
 ///
 /// Returns the address, or `UMIO_FAILED` with errno: `EINVAL` (bad
-/// `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
+/// `prot`, `flags`, `offset`, `len`, options or fixed address, or
+/// `options->size` not set), `E2BIG` (`options->size` larger than this
+/// library's structure, with fields it does not know set), `EBADF`
 /// (`fd` not open), `EACCES` (file not open for reading, or `PROT_WRITE`
 /// on a read-only descriptor or store), `ENODEV` (not a regular file or
 /// block device), `EEXIST` (`MAP_FIXED_NOREPLACE` over a mapping),
@@ -123,10 +135,11 @@ pub const UMIO_HUGETLB_FALLBACK: c_int = 2;
 /// that failed.
 ///
 /// # Safety
-/// `options` is NULL or points to a valid `struct umio_map_options` whose
-/// strings are NUL-terminated and whose store (if any) follows the
-/// contract of `struct umio_store_ops`. With `MAP_FIXED`, whatever the
-/// process had mapped at `[addr, addr + len)` is replaced.
+/// `options` is NULL or points to a valid `struct umio_map_options` (its
+/// first `size` bytes readable) whose strings are NUL-terminated and
+/// whose store (if any) follows the contract of `struct umio_store_ops`.
+/// With `MAP_FIXED`, whatever the process had mapped at `[addr, addr +
+/// len)` is replaced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_map(
     addr: *mut c_void,
@@ -142,9 +155,8 @@ pub unsafe extern "C" fn umio_map(
         if options.is_null() {
             return map::map(req, Source::Fd(fd, Backend::Pread));
         }
-        check_ptr(options)?;
-        // SAFETY: non-null, aligned, and the caller promised a valid struct.
-        let o = unsafe { &*options };
+        // SAFETY: non-null; the caller promised `size` readable bytes.
+        let o = &unsafe { extensible::read(options) }?;
         if !o.store.is_null() {
             check_ptr(o.store)?;
         }

@@ -3,13 +3,19 @@
 use std::ffi::{c_int, c_void};
 
 use crate::boundary::{check_ptr, ffi_boundary};
+use crate::extensible::{self, Extensible};
 use crate::registry;
 
-/// Counters of one mapping since it was mapped.
+/// Counters of one mapping since it was mapped. The structure may grow in
+/// later versions (see "Extensible structures" above): set `size` before
+/// the call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(non_camel_case_types)]
 pub struct umio_stats {
+    /// Set by the caller to `sizeof(struct umio_stats)`; umio writes no
+    /// byte past it, and sets it to the bytes it filled.
+    pub size: usize,
     /// Page faults served.
     pub faults: u64,
     /// Of those, faults served without a store read (the page was being
@@ -36,18 +42,24 @@ pub struct umio_stats {
     pub no_progress_faults: u64,
 }
 
-/// Copies the counters of the mapping holding `addr` to `*out`. Returns 0,
-/// or -1 with errno `EINVAL` (`out` NULL or misaligned, or `addr` in no
-/// umio mapping).
+// SAFETY: repr(C), `size` first, integers only.
+unsafe impl Extensible for umio_stats {}
+
+/// Copies the counters of the mapping holding `addr` to `*out`
+/// (`struct umio_stats s = { .size = sizeof s }; umio_stats(p, &s);`).
+/// Returns 0, or -1 with errno `EINVAL` (`out` NULL or misaligned,
+/// `out->size` not set, or `addr` in no umio mapping).
 ///
 /// # Safety
-/// `out` points to writable memory for a `struct umio_stats`.
+/// `out` points to a `struct umio_stats` whose first `size` bytes are
+/// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -> c_int {
     ffi_boundary!(-1, {
         check_ptr(out)?;
         let s = registry::get(addr)?.stats();
         let stats = umio_stats {
+            size: 0,
             faults: s.faults,
             hits: s.hits,
             fills: s.fills,
@@ -58,9 +70,8 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             bytes_written: s.bytes_written,
             no_progress_faults: s.no_progress_faults,
         };
-        // SAFETY: checked non-null and aligned; the caller promised it is
-        // writable.
-        unsafe { out.write(stats) };
+        // SAFETY: the caller promised `size` writable bytes.
+        unsafe { extensible::write(out, stats) }?;
         Ok(0)
     })
 }
