@@ -29,6 +29,8 @@ pub struct MapOptions {
     pub(crate) hugetlb: Option<bool>,
     pub(crate) promote: Option<PromoteKind>,
     pub(crate) promoter: Option<Arc<dyn Promoter>>,
+    /// `Some(on)`: [`MapOptions::page_cache`].
+    pub(crate) page_cache: Option<bool>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -45,6 +47,7 @@ impl std::fmt::Debug for MapOptions {
             .field("hugetlb", &self.hugetlb)
             .field("promote", &self.promote)
             .field("custom_promoter", &self.promoter.is_some())
+            .field("page_cache", &self.page_cache)
             .finish()
     }
 }
@@ -81,6 +84,19 @@ impl MapOptions {
     /// quarter of the cache.
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = Some(bytes);
+        self
+    }
+
+    /// For [`Runtime::map_file`]: whether the file is read and written
+    /// through the kernel's page cache too (buffered `pread`/`pwrite`).
+    /// Default: the runtime's ([`Builder::page_cache`](crate::Builder::page_cache),
+    /// off unless `UMIO_PAGE_CACHE=1`): umio's cache is then the only copy
+    /// of the pages it reads (`O_DIRECT` where the file system supports
+    /// it, else the pages read and written are dropped from the kernel's
+    /// cache with `POSIX_FADV_DONTNEED`). Durability is the same either
+    /// way: writes are durable after a flush. Ignored by [`Runtime::map`].
+    pub fn page_cache(mut self, on: bool) -> Self {
+        self.page_cache = Some(on);
         self
     }
 
