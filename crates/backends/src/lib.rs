@@ -54,9 +54,9 @@ mod memory;
 #[cfg(feature = "rados")]
 mod rados;
 mod request;
-mod uncached;
 #[cfg(feature = "spdk")]
 mod spdk;
+mod uncached;
 mod uring;
 
 pub use counting::{CountingStore, StoreCounts};
@@ -68,9 +68,9 @@ pub use memory::MemoryStore;
 #[cfg(feature = "rados")]
 pub use rados::{RadosError, RadosOptions, RadosStats, RadosStore};
 pub use request::IoRequest;
-pub use uncached::{CacheMode, UncachedFileStore, UncachedStats, cached_bytes, dio_alignment};
 #[cfg(feature = "spdk")]
 pub use spdk::{SpdkEnv, SpdkEnvOptions, SpdkError, SpdkStats, SpdkStore};
+pub use uncached::{CacheMode, UncachedFileStore, UncachedStats, cached_bytes, dio_alignment};
 pub use uring::{UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS};
 
 /// A backing store for mapped regions.

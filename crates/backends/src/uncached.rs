@@ -450,11 +450,7 @@ impl Store for UncachedFileStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        let dirty = self
-            .dirty
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner()).take();
         let r = self.file.sync();
         if let Some((s, e)) = dirty {
             if r.is_ok() {
@@ -537,7 +533,9 @@ mod tests {
         }
         fn bytes(&mut self, len: usize) -> &mut [u8] {
             // SAFETY: skip + len lies within the vector's bytes.
-            unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>().add(self.1), len) }
+            unsafe {
+                std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>().add(self.1), len)
+            }
         }
     }
 
@@ -586,7 +584,11 @@ mod tests {
         s.sync().unwrap();
         assert_eq!(f.metadata().unwrap().len(), len as u64, "the file grew");
         let st = s.stats();
-        assert_eq!((st.direct_written, st.buffered_written), (4096, 1000), "{st:?}");
+        assert_eq!(
+            (st.direct_written, st.buffered_written),
+            (4096, 1000),
+            "{st:?}"
+        );
         // Nothing of the file is left in the page cache (checked before
         // the buffered read below brings it in).
         let (cached, _) = cached_bytes(&f).unwrap();
