@@ -229,6 +229,7 @@ impl std::fmt::Debug for Mapping {
             .field("len", &self.region.len)
             .field("page_size", &self.region.page_size)
             .field("writable", &self.region.writable)
+            .field("store", &self.region.store.name())
             .finish()
     }
 }
@@ -260,6 +261,12 @@ impl Mapping {
     /// This region's fill unit.
     pub fn page_size(&self) -> usize {
         self.region.page_size
+    }
+
+    /// The name of the store behind the mapping ([`Store::name`]), e.g.
+    /// `"file (O_DIRECT, io_uring)"` for a file mapped with defaults.
+    pub fn store_name(&self) -> &str {
+        self.region.store.name()
     }
 
     /// Whether the mapping may be written.
