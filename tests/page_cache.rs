@@ -35,7 +35,8 @@ fn with_deadline<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + '
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(v) => v,
-        Err(e) => panic!("{what}: no result within 60 s ({e})"),
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: no result within 60 s"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: failed (see above)"),
     }
 }
 
