@@ -203,7 +203,7 @@ fn unmap_range_unmaps_the_range_writes_it_back_and_keeps_the_rest() {
 fn unmap_range_checks_alignment() {
     let (_tmp, file) = file_with(&pattern(10 * PAGE + 100, 5));
     let rt = runtime(32);
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
     for r in [1..PAGE, 0..PAGE + 1, PAGE..PAGE, 0..11 * PAGE] {
         let e = map.unmap_range(r.clone()).unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{r:?}: {e}");
@@ -237,8 +237,7 @@ fn fixed_address_maps_there_and_refuses_overlap() {
     let map = rt.map_file(&file, opts).unwrap();
     assert_eq!(map.as_ptr() as usize, addr);
     assert_eq!(map.as_slice(), &data[..]);
-    // SAFETY: as above.
-    let over = unsafe { MapOptions::new().fixed_address(addr + 8 * PAGE) };
+    let over = MapOptions::new().fixed_address_noreplace(addr + 8 * PAGE);
     let e = rt.map_file(&file, over).unwrap_err();
     assert!(matches!(e, Error::Overlap), "{e}");
     assert_eq!(e.errno(), libc::EEXIST);

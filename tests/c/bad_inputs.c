@@ -26,7 +26,7 @@ static int prot_none(void) { return map_rc(umap(NULL, LEN, PROT_NONE, UMAP_PRIVA
 static int prot_exec(void) { return map_rc(umap(NULL, LEN, PROT_READ | PROT_EXEC, UMAP_PRIVATE, fd_rw, 0)); }
 static int flags_none(void) { return map_rc(umap(NULL, LEN, PROT_READ, 0, fd_rw, 0)); }
 static int flags_both(void) { return map_rc(umap(NULL, LEN, PROT_READ, MAP_PRIVATE | MAP_SHARED, fd_rw, 0)); }
-static int flags_unknown(void) { return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE | MAP_POPULATE, fd_rw, 0)); }
+static int flags_unknown(void) { return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE | MAP_GROWSDOWN, fd_rw, 0)); }
 static int write_on_read_only_fd(void) {
   return map_rc(umap(NULL, LEN, PROT_READ | PROT_WRITE, UMAP_PRIVATE, fd_ro, 0));
 }
@@ -36,8 +36,12 @@ static int fixed_null(void) { return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIV
 static int fixed_unaligned(void) {
   return map_rc(umap(region + 100, LEN, PROT_READ, UMAP_PRIVATE | UMAP_FIXED, fd_rw, 0));
 }
-static int fixed_over_a_region(void) {
-  return map_rc(umap(region + PAGE, LEN, PROT_READ, UMAP_PRIVATE | UMAP_FIXED, fd_rw, 0));
+static int fixed_noreplace_over_a_region(void) {
+  return map_rc(umap(region + PAGE, LEN, PROT_READ, UMAP_PRIVATE | MAP_FIXED_NOREPLACE, fd_rw, 0));
+}
+static int fixed_splitting_a_page_of_a_region(void) {
+  /* UMAP_FIXED replaces umio mappings, but not half of one of their pages. */
+  return map_rc(umap(region + 4096, PAGE, PROT_READ, UMAP_PRIVATE | UMAP_FIXED, fd_rw, 0));
 }
 static int length_overflows(void) {
   return map_rc(umap(NULL, SIZE_MAX - 4095, PROT_READ, UMAP_PRIVATE, fd_rw, 4096));
@@ -49,9 +53,9 @@ static int length_over_half_the_address_space(void) {
 static int offset_past_end_len_zero(void) {
   return map_rc(umio_map(NULL, 0, PROT_READ, MAP_SHARED, fd_rw, 64 * PAGE, NULL));
 }
-static int fixed_straddling_a_region(void) {
+static int fixed_noreplace_straddling_a_region(void) {
   /* Starts a page before the region and runs into it. */
-  return map_rc(umap(region - PAGE, 2 * PAGE, PROT_READ, UMAP_PRIVATE | UMAP_FIXED, fd_rw, 0));
+  return map_rc(umap(region - PAGE, 2 * PAGE, PROT_READ, UMAP_PRIVATE | MAP_FIXED_NOREPLACE, fd_rw, 0));
 }
 static int umio_map_flags_unknown(void) {
   return map_rc(umio_map(NULL, LEN, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, fd_rw, 0, NULL));
@@ -212,13 +216,14 @@ static const struct {
     {"umap: a directory", directory_fd, ENODEV},
     {"umap: UMAP_FIXED at NULL", fixed_null, EINVAL},
     {"umap: UMAP_FIXED unaligned", fixed_unaligned, EINVAL},
-    {"umap: UMAP_FIXED over a region", fixed_over_a_region, EEXIST},
+    {"umap: MAP_FIXED_NOREPLACE over a region", fixed_noreplace_over_a_region, EEXIST},
+    {"umap: UMAP_FIXED splitting a page of a region", fixed_splitting_a_page_of_a_region, EINVAL},
     {"umap: offset + length overflows", length_overflows, EINVAL},
     {"umap: length SIZE_MAX", length_huge, EINVAL},
     {"umap: length 2^62 (half the address space)", length_over_half_the_address_space, EINVAL},
     {"umio_map: length 0, offset past the end", offset_past_end_len_zero, EINVAL},
-    {"umap: UMAP_FIXED straddling a region", fixed_straddling_a_region, EEXIST},
-    {"umio_map: unknown flag MAP_ANONYMOUS", umio_map_flags_unknown, EINVAL},
+    {"umap: MAP_FIXED_NOREPLACE straddling a region", fixed_noreplace_straddling_a_region, EEXIST},
+    {"umio_map: MAP_ANONYMOUS with a descriptor", umio_map_flags_unknown, EINVAL},
     {"uunmap: NULL", uunmap_null, EINVAL},
     {"uunmap: never mapped", uunmap_never_mapped, EINVAL},
     {"uunmap: length 0", uunmap_len_zero, EINVAL},

@@ -121,6 +121,9 @@ impl<S: Store> Store for CountingStore<S> {
     fn queue_depth(&self) -> usize {
         self.inner.queue_depth()
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        self.inner.punch_hole(offset, len)
+    }
     // `as_mapped` stays `None`: every read passes through the counters.
 }
 

@@ -11,6 +11,8 @@ pub enum StoreOp {
     Sync,
     /// [`Store::len`](crate::Store::len) or [`Store::set_len`](crate::Store::set_len).
     Len,
+    /// [`Store::punch_hole`](crate::Store::punch_hole).
+    PunchHole,
 }
 
 impl fmt::Display for StoreOp {
@@ -20,6 +22,7 @@ impl fmt::Display for StoreOp {
             StoreOp::Write => "write",
             StoreOp::Sync => "sync",
             StoreOp::Len => "length change",
+            StoreOp::PunchHole => "punch hole",
         })
     }
 }

@@ -93,6 +93,10 @@ impl Store for FileStore {
     fn name(&self) -> &str {
         "file"
     }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        file_punch_hole(&self.file, self.writable, self.block_device, offset, len)
+    }
 }
 
 /// What a descriptor given to a file-backed store allows.
@@ -162,6 +166,49 @@ pub(crate) fn file_set_len(
     }
     file.set_len(len)
         .map_err(|e| StoreError::from_io(StoreOp::Len, len, &e))
+}
+
+/// `fallocate(PUNCH_HOLE | KEEP_SIZE)` of a regular file open for writing;
+/// on a block device, `BLKDISCARD`-like zeroing is not attempted
+/// (`EOPNOTSUPP`). A file system without hole punching gives its own
+/// `EOPNOTSUPP`.
+pub(crate) fn file_punch_hole(
+    file: &File,
+    writable: bool,
+    block_device: bool,
+    offset: u64,
+    len: u64,
+) -> Result<(), StoreError> {
+    if !writable {
+        return Err(StoreError::new(StoreOp::PunchHole, offset, libc::EBADF));
+    }
+    if block_device {
+        return Err(StoreError::new(
+            StoreOp::PunchHole,
+            offset,
+            libc::EOPNOTSUPP,
+        ));
+    }
+    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(StoreError::new(StoreOp::PunchHole, offset, libc::EINVAL));
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate on a descriptor we own; no memory is passed.
+    let r = unsafe {
+        libc::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            n,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(StoreError::from_io(StoreOp::PunchHole, offset, &e));
+    }
+    Ok(())
 }
 
 /// `fdatasync`, for a descriptor open for writing.

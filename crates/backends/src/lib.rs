@@ -154,6 +154,20 @@ pub trait Store: Send + Sync + 'static {
     fn as_mapped(&self) -> Option<&[u8]> {
         None
     }
+
+    /// Discards the bytes `[offset, offset + len)`: they read as zeros
+    /// afterwards, and the store may free their space (`fallocate`'s
+    /// `PUNCH_HOLE` on a file; `MADV_REMOVE` on a umio mapping asks for
+    /// it). The length is unchanged. Default: `EOPNOTSUPP`, for stores
+    /// that cannot.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        let _ = len;
+        Err(StoreError::new(
+            StoreOp::PunchHole,
+            offset,
+            libc::EOPNOTSUPP,
+        ))
+    }
 }
 
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
@@ -189,5 +203,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn as_mapped(&self) -> Option<&[u8]> {
         (**self).as_mapped()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        (**self).punch_hole(offset, len)
     }
 }

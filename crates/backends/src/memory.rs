@@ -64,6 +64,18 @@ impl Store for MemoryStore {
         Ok(n)
     }
 
+    /// Zeroes the bytes within the store (the length is unchanged).
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::new(StoreOp::PunchHole, offset, libc::EBADF));
+        }
+        let mut bytes = self.bytes.write().unwrap_or_else(|e| e.into_inner());
+        let size = bytes.len() as u64;
+        let (a, b) = (offset.min(size), offset.saturating_add(len).min(size));
+        bytes[a as usize..b as usize].fill(0);
+        Ok(())
+    }
+
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::new(StoreOp::Write, offset, libc::EBADF));

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use io_uring::{IoUring, opcode, types};
 
-use crate::file::{FileKind, file_len, file_set_len, file_sync};
+use crate::file::{FileKind, file_len, file_punch_hole, file_set_len, file_sync};
 use crate::{IoRequest, Store, StoreError, StoreOp};
 
 /// The alignment `O_DIRECT` requests keep: offsets, lengths and buffer
@@ -680,6 +680,16 @@ impl Store for UringStore {
 
     fn sync(&self) -> Result<(), StoreError> {
         file_sync(&self.file, self.kind.writable)
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        file_punch_hole(
+            &self.file,
+            self.kind.writable,
+            self.kind.block_device,
+            offset,
+            len,
+        )
     }
 
     fn is_writable(&self) -> bool {

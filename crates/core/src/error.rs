@@ -67,8 +67,10 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
 
-    /// A fixed address overlaps a region umio already maps.
-    #[error("the address range overlaps an existing umio mapping")]
+    /// A fixed address refusing replacement
+    /// ([`MapOptions::fixed_address_noreplace`](crate::MapOptions::fixed_address_noreplace),
+    /// `MAP_FIXED_NOREPLACE`) overlaps an existing mapping.
+    #[error("the address range overlaps an existing mapping")]
     Overlap,
 
     /// The range is not (or no longer) mapped.

@@ -106,9 +106,7 @@ impl Shared {
             let freed = self.evict_batch(w, policy, batch);
             if over_bound {
                 // The bound was lowered (`Runtime::set_cache_bytes`).
-                self.stats
-                    .shrink_evicted_bytes
-                    .fetch_add(freed as u64, Relaxed);
+                self.stats.shrink_evicted_bytes.fetch_add(freed, Relaxed);
             }
             if freed == 0 {
                 // Everything is busy or gone: let the owners finish.

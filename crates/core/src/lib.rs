@@ -24,7 +24,7 @@ mod writeback;
 
 pub use error::{Error, Result};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
-pub use mapping::{MapOptions, Mapping};
+pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };

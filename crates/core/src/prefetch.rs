@@ -33,6 +33,18 @@ pub enum Advice {
     Huge,
     /// Never promote the range's 2 MiB ranges (as `MADV_NOHUGEPAGE`).
     NoHuge,
+    /// Free the range, as `MADV_REMOVE` does: dirty pages overlapping it
+    /// are written back (their bytes outside the range are kept), the
+    /// store's bytes in the range are discarded
+    /// ([`Store::punch_hole`](umio_backends::Store::punch_hole)), and the
+    /// pages overlapping it are dropped: the range reads zeros afterwards,
+    /// in the mapping and in the store. Any range of whole 4 KiB pages of
+    /// a writable mapping; an error from a store that cannot punch holes.
+    Remove,
+    /// Evict the pages overlapping the range now (`MADV_PAGEOUT`, and
+    /// `MADV_COLD`, which umio treats alike): dirty ones are written back
+    /// first, so nothing is lost; the next access reads the store again.
+    PageOut,
 }
 
 /// What a prefetcher learns of a miss.

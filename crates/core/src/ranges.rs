@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::{Arc, MutexGuard};
 
 use umio_backends::StoreError;
 use umio_cache::{Observed, PageState};
@@ -84,7 +85,34 @@ impl Shared {
     /// so that nothing fills, evicts or waits on them again. The range's
     /// write-back error, if any, is returned after it is unmapped anyway,
     /// as `unmap` does.
-    pub(crate) fn unmap_range(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+    pub(crate) fn unmap_range(&self, region: &Arc<Region>, pages: Range<usize>) -> Result<()> {
+        let result = self.take_pages(region, pages, true);
+        // The table stops sending the hole's addresses to the region (a
+        // fixed mapping may be made there later).
+        let w = self.lock_regions();
+        self.republish(&w, region);
+        result
+    }
+
+    /// Publishes `region`'s mapped ranges anew in the region table; the
+    /// caller holds the table's writer lock.
+    pub(crate) fn republish(&self, _writer: &MutexGuard<'_, ()>, region: &Arc<Region>) {
+        self.regions
+            .store(Arc::new(self.regions.load().reshaped(region)));
+    }
+
+    /// The body of [`unmap_range`](Shared::unmap_range): retires `pages`
+    /// after writing them back, and unregisters them. With `release`
+    /// their memory is unmapped; without, it stays mapped (and no longer
+    /// served) for a `MAP_FIXED` mapping to replace at once, so that the
+    /// kernel never sees a gap it could fill with another mapping. Does
+    /// not update the region table.
+    pub(crate) fn take_pages(
+        &self,
+        region: &Region,
+        pages: Range<usize>,
+        release: bool,
+    ) -> Result<()> {
         let _serial = region.unmap_lock.lock().unwrap_or_else(|e| e.into_inner());
         if pages.is_empty() || region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
@@ -132,11 +160,13 @@ impl Shared {
             pages.len() * region.page_size,
         );
         let unreg = self.uffd.unregister(addr, len);
-        let unmapped = mm::unmap(addr, len);
-        assert!(
-            unmapped.is_ok(),
-            "munmap of part of a region failed: {unmapped:?}"
-        );
+        if release {
+            let unmapped = mm::unmap(addr, len);
+            assert!(
+                unmapped.is_ok(),
+                "munmap of part of a region failed: {unmapped:?}"
+            );
+        }
         for p in pages.clone() {
             region.pages.retire(p);
         }

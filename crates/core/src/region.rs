@@ -24,8 +24,6 @@ pub(crate) struct Region {
     pub base: usize,
     /// Bytes the user mapped.
     pub len: usize,
-    /// Bytes reserved: whole pages.
-    pub span: usize,
     pub page_size: usize,
     /// Store offset of `base`.
     pub offset: u64,
@@ -87,7 +85,6 @@ impl Region {
             id,
             base,
             len,
-            span: npages * page_size,
             page_size,
             offset,
             store,
@@ -106,11 +103,6 @@ impl Region {
             huge: None,
             store_slots: StoreSlots::default(),
         })
-    }
-
-    #[inline]
-    pub fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base) < self.span
     }
 
     #[inline]
@@ -238,11 +230,17 @@ impl Region {
     }
 }
 
-/// The regions of a runtime, sorted by address and by id, replaced whole
-/// on every map and unmap so that the fault path reads it without a lock.
+/// The regions of a runtime, by address and by id, replaced whole on
+/// every map, unmap and partial unmap so that the fault path reads it
+/// without a lock.
+///
+/// By address the table holds the mapped parts of regions: disjoint
+/// address ranges, sorted. A region with holes (pages taken out by a
+/// partial unmap, or replaced by a fixed mapping) has one entry per
+/// mapped part, and a newer region may lie in an older one's hole.
 #[derive(Default)]
 pub(crate) struct RegionTable {
-    by_addr: Vec<Arc<Region>>,
+    by_addr: Vec<(Range<usize>, Arc<Region>)>,
     /// Ids increase with every map, so insertion order is id order.
     by_id: Vec<Arc<Region>>,
 }
@@ -250,9 +248,9 @@ pub(crate) struct RegionTable {
 impl RegionTable {
     #[inline]
     pub fn find(&self, addr: usize) -> Option<&Arc<Region>> {
-        let i = self.by_addr.partition_point(|r| r.base <= addr);
-        let r = self.by_addr.get(i.checked_sub(1)?)?;
-        r.contains(addr).then_some(r)
+        let i = self.by_addr.partition_point(|(r, _)| r.start <= addr);
+        let (range, region) = self.by_addr.get(i.checked_sub(1)?)?;
+        range.contains(&addr).then_some(region)
     }
 
     #[inline]
@@ -269,13 +267,22 @@ impl RegionTable {
         &self.by_id
     }
 
+    /// The mapped parts of regions that overlap `range`, in address order.
+    pub fn overlapping(&self, range: &Range<usize>) -> Vec<(Range<usize>, Arc<Region>)> {
+        self.by_addr
+            .iter()
+            .filter(|(r, _)| r.start < range.end && range.start < r.end)
+            .cloned()
+            .collect()
+    }
+
     pub fn with(&self, region: Arc<Region>) -> RegionTable {
-        let mut by_addr = self.by_addr.clone();
-        let i = by_addr.partition_point(|r| r.base < region.base);
-        by_addr.insert(i, region.clone());
         let mut by_id = self.by_id.clone();
-        by_id.push(region);
-        RegionTable { by_addr, by_id }
+        by_id.push(region.clone());
+        RegionTable {
+            by_addr: Self::placed(&self.by_addr, &region),
+            by_id,
+        }
     }
 
     pub fn without(&self, id: u64) -> RegionTable {
@@ -283,10 +290,44 @@ impl RegionTable {
             by_addr: self
                 .by_addr
                 .iter()
-                .filter(|r| r.id != id)
+                .filter(|(_, r)| r.id != id)
                 .cloned()
                 .collect(),
             by_id: self.by_id.iter().filter(|r| r.id != id).cloned().collect(),
         }
+    }
+
+    /// The table with `region`'s address entries made anew from its
+    /// mapped ranges (after it gained a hole).
+    pub fn reshaped(&self, region: &Arc<Region>) -> RegionTable {
+        let others: Vec<_> = self
+            .by_addr
+            .iter()
+            .filter(|(_, r)| r.id != region.id)
+            .cloned()
+            .collect();
+        let present = self.get(region.id).is_some();
+        RegionTable {
+            by_addr: if present {
+                Self::placed(&others, region)
+            } else {
+                others
+            },
+            by_id: self.by_id.clone(),
+        }
+    }
+
+    /// `entries` with the mapped ranges of `region` added, sorted.
+    fn placed(
+        entries: &[(Range<usize>, Arc<Region>)],
+        region: &Arc<Region>,
+    ) -> Vec<(Range<usize>, Arc<Region>)> {
+        let mut by_addr = entries.to_vec();
+        for pages in region.mapped_ranges() {
+            let range = region.page_addr(pages.start)..region.page_addr(pages.end);
+            let i = by_addr.partition_point(|(r, _)| r.start < range.start);
+            by_addr.insert(i, (range, region.clone()));
+        }
+        by_addr
     }
 }

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use umio_cache::{EvictionPolicy, FrameBudget, PolicyKind};
 
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, PromoteKind};
-use crate::mapping::{MapOptions, Mapping};
+use crate::mapping::{Fixed, MapOptions, Mapping};
 use crate::prefetch::PrefetchKind;
 use crate::progress::Progress;
 use crate::region::{Region, RegionTable};
@@ -776,6 +776,30 @@ impl Signal {
     }
 }
 
+/// Why [`Shared::clear_for_fixed`] did not clear the range.
+enum ClearError {
+    /// A region in the range is being unmapped by another thread: release
+    /// the table's lock and look again.
+    Retry,
+    Fail(Error),
+}
+
+/// Unmaps the parts of `released` (memory of pages taken out of older
+/// regions) outside `keep` (the new region's range).
+fn release_outside(released: &[Range<usize>], keep: Range<usize>) {
+    for r in released {
+        for part in [r.start..r.end.min(keep.start), r.start.max(keep.end)..r.end] {
+            if part.start < part.end {
+                let unmapped = mm::unmap(part.start, part.len());
+                assert!(
+                    unmapped.is_ok(),
+                    "munmap of replaced pages failed: {unmapped:?}"
+                );
+            }
+        }
+    }
+}
+
 /// A request to fill pages in the background: sorted, disjoint page
 /// ranges of one region, filled in batches of store requests.
 pub(crate) struct PrefetchJob {
@@ -1000,12 +1024,9 @@ impl Shared {
         }
         // Held from choosing the address to publishing the region, so that
         // fixed mappings cannot race each other into one range.
-        let _w = self
-            .regions_writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut w = self.lock_regions();
         let base = match opts.fixed_address {
-            Some(addr) => {
+            Some(Fixed { addr, replace }) => {
                 if !addr.is_multiple_of(MIN_PAGE_SIZE) || addr == 0 {
                     return Err(Error::InvalidArgument(
                         "fixed address must be a non-zero multiple of 4096",
@@ -1014,18 +1035,49 @@ impl Shared {
                 let end = addr
                     .checked_add(span)
                     .ok_or(Error::InvalidArgument("fixed address + length overflows"))?;
-                let table = self.regions.load();
-                if table
-                    .all()
-                    .iter()
-                    .any(|r| r.base < end && addr < r.base + r.span)
-                {
-                    return Err(Error::Overlap);
+                // Pages of older regions taken out, their memory still
+                // mapped until the new region replaces it.
+                let mut released = Vec::new();
+                loop {
+                    match self.clear_for_fixed(&w, addr..end, replace, &mut released) {
+                        Ok(()) => break,
+                        Err(ClearError::Retry) => {
+                            // Another thread is unmapping a region there:
+                            // let it finish.
+                            drop(w);
+                            std::thread::sleep(Duration::from_micros(200));
+                            w = self.lock_regions();
+                        }
+                        Err(ClearError::Fail(e)) => {
+                            release_outside(&released, 0..0);
+                            return Err(e);
+                        }
+                    }
                 }
-                // SAFETY: the caller of `MapOptions::fixed_address` promised
-                // the range is theirs to replace, and it overlaps no region.
-                unsafe { mm::map_anonymous_fixed(addr, span, opts.writable) }
-                    .map_err(|e| Error::os("mmap of the region at a fixed address", e))?
+                let mapped = if replace {
+                    // SAFETY: the caller of `MapOptions::fixed_address`
+                    // promised the range is theirs to replace; the umio
+                    // pages in it are taken out of their regions.
+                    unsafe { mm::map_anonymous_fixed(addr, span, opts.writable) }
+                } else {
+                    mm::map_anonymous_noreplace(addr, span, opts.writable)
+                };
+                match mapped {
+                    Ok(base) => {
+                        // What the new region does not cover: the rest of
+                        // older regions' last pages, past their lengths.
+                        release_outside(&released, addr..end);
+                        base
+                    }
+                    Err(e) => {
+                        release_outside(&released, 0..0);
+                        return Err(if e == libc::EEXIST && !replace {
+                            Error::Overlap
+                        } else {
+                            Error::os("mmap of the region at a fixed address", e)
+                        });
+                    }
+                }
             }
             None if hugetlb => mm::map_hugetlb(span, opts.writable)
                 .map_err(|e| Error::os("mmap of the hugetlbfs region", e))?,
@@ -1077,7 +1129,90 @@ impl Shared {
         let region = Arc::new(region);
         self.regions
             .store(Arc::new(self.regions.load().with(region.clone())));
+        drop(w);
         Ok(region)
+    }
+
+    /// The region table's writer lock: held to change the table, and from
+    /// choosing a mapping's address to publishing it.
+    pub(crate) fn lock_regions(&self) -> MutexGuard<'_, ()> {
+        self.regions_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a fixed mapping of `range`: with `replace`, takes the pages
+    /// of older regions in the range out of them, after writing them back
+    /// (see [`MapOptions::fixed_address`]), and adds their address ranges
+    /// to `released`, still mapped; without, refuses any overlap.
+    fn clear_for_fixed(
+        &self,
+        w: &MutexGuard<'_, ()>,
+        range: Range<usize>,
+        replace: bool,
+        released: &mut Vec<Range<usize>>,
+    ) -> Result<(), ClearError> {
+        let table = self.regions.load();
+        let parts = table.overlapping(&range);
+        if parts.is_empty() {
+            return Ok(());
+        }
+        if !replace {
+            return Err(ClearError::Fail(Error::Overlap));
+        }
+        // Check everything before changing anything.
+        let mut victims: Vec<(Arc<Region>, Range<usize>)> = Vec::new();
+        for (part, region) in parts {
+            if region.is_closing() {
+                return Err(ClearError::Retry);
+            }
+            let first = region.page_of(part.start.max(range.start));
+            let last = region.page_of(part.end.min(range.end) - 1) + 1;
+            let in_use_end = region.base + region.len.next_multiple_of(MIN_PAGE_SIZE);
+            if region.page_addr(first) < range.start
+                || (region.page_addr(last) > range.end && range.end < in_use_end)
+            {
+                log::warn!(
+                    "umio: a fixed mapping of {:#x}..{:#x} would split a {}-byte page of the \
+                     umio mapping at {:#x} (length {}) whose bytes outside the range are in \
+                     use; refused (EINVAL)",
+                    range.start,
+                    range.end,
+                    region.page_size,
+                    region.base,
+                    region.len
+                );
+                return Err(ClearError::Fail(Error::InvalidArgument(
+                    "a fixed mapping may not split a page of an older umio mapping \
+                     whose bytes outside the range are in use",
+                )));
+            }
+            victims.push((region, first..last));
+        }
+        // Dirty data reaches the store before anything is replaced: a
+        // failure leaves the older mappings whole.
+        for (region, pages) in &victims {
+            self.writeback(region, pages.clone())
+                .map_err(ClearError::Fail)?;
+        }
+        let mut result = Ok(());
+        for (region, pages) in &victims {
+            match self.take_pages(region, pages.clone(), false) {
+                Err(Error::NotMapped) => {
+                    // A concurrent unmap took some of these pages first
+                    // (nothing of this part was taken): look again.
+                    result = Err(ClearError::Retry);
+                }
+                r => {
+                    released.push(region.page_addr(pages.start)..region.page_addr(pages.end));
+                    if let (Ok(()), Err(e)) = (&result, r) {
+                        result = Err(ClearError::Fail(e));
+                    }
+                }
+            }
+            self.republish(w, region);
+        }
+        result
     }
 
     /// Writes back, then removes the region. The region is gone whatever
@@ -1085,14 +1220,12 @@ impl Shared {
     pub fn unmap(&self, region: &Arc<Region>) -> Result<()> {
         region.close();
         let result = self.writeback(region, 0..region.pages.len());
-        {
-            let _w = self
-                .regions_writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            self.regions
-                .store(Arc::new(self.regions.load().without(region.id)));
-        }
+        // Held until the memory is unmapped, so that a fixed mapping
+        // replacing part of the region cannot be made in between and then
+        // unmapped here.
+        let w = self.lock_regions();
+        self.regions
+            .store(Arc::new(self.regions.load().without(region.id)));
         // Ranges charged to the huge-page pool come back to the region's
         // pool, which then releases every resident page.
         self.demote_range(region, &(0..region.pages.len()));
@@ -1110,6 +1243,7 @@ impl Shared {
             let unmapped = mm::unmap(addr, len);
             assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
         }
+        drop(w);
         self.budget_of(region)
             .release((resident * region.page_size) as u64);
         self.pinned_bytes

@@ -37,15 +37,34 @@ pub(crate) fn insert(mapping: Mapping) -> usize {
     base
 }
 
-/// The mapping whose bytes include `addr`.
+/// The mapping whose bytes include `addr`: the one that maps it now, else
+/// the newest whose range includes it (`addr` in its hole).
 pub(crate) fn find(addr: usize) -> Option<Arc<Mapping>> {
     let r = registry();
-    r.live
+    let mut containing = r
+        .live
         .range(..=(addr, u64::MAX))
         .rev()
         .map(|(_, m)| m)
-        .find(|m| addr - (m.as_ptr() as usize) < m.len())
-        .cloned()
+        .filter(|m| addr - (m.as_ptr() as usize) < m.len());
+    let first = containing.next()?;
+    let base = |m: &Arc<Mapping>| m.as_ptr() as usize;
+    if first.is_mapped_at(addr - base(first)) {
+        return Some(first.clone());
+    }
+    // A fixed mapping that replaced this address may start below the
+    // older mapping whose hole it is in.
+    containing
+        .find(|m| m.is_mapped_at(addr - base(m)))
+        .unwrap_or(first)
+        .clone()
+        .into()
+}
+
+/// Forgets every mapping with nothing mapped any more (after a fixed
+/// mapping replaced all of it).
+pub(crate) fn forget_unmapped() {
+    registry().live.retain(|_, m| m.mapped_bytes() != 0);
 }
 
 /// The mapping including `addr`, or `EINVAL`.
@@ -132,17 +151,21 @@ mod tests {
         assert_eq!(relative(&m, addr(7 * PS), PS + 1), Err(Errno(libc::EINVAL)));
         assert_eq!(relative(&m, addr(8 * PS), 1), Err(Errno(libc::EINVAL)));
 
-        m.unmap_range(2 * PS..4 * PS).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(2 * PS..4 * PS) }.unwrap();
         forget_if_unmapped(&m);
         assert_eq!(at(base + 3 * PS), Some(base), "a hole names its mapping");
         assert_eq!(m.mapped_bytes(), 6 * PS);
-        m.unmap_range(0..2 * PS).unwrap();
-        m.unmap_range(4 * PS..8 * PS).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(0..2 * PS) }.unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(4 * PS..8 * PS) }.unwrap();
         forget_if_unmapped(&m);
         assert_eq!(at(base), None);
         assert_eq!(at(other), Some(other));
         let o = find(other).unwrap();
-        o.unmap_range(0..o.len()).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { o.unmap_range_shared(0..o.len()) }.unwrap();
         forget_if_unmapped(&o);
         assert_eq!(at(other), None);
     }

@@ -31,7 +31,8 @@ pub struct umap_prefetch_item {
 ///
 /// # Safety
 /// With `UMAP_FIXED`, whatever the process had mapped at
-/// `[addr, addr + length)` is replaced, as with `mmap`'s `MAP_FIXED`.
+/// `[addr, addr + length)` is replaced, as with `mmap`'s `MAP_FIXED`,
+/// umio regions included (see `umio_map`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umap(
     addr: *mut c_void,

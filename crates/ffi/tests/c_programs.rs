@@ -88,7 +88,7 @@ fn run(exe: &Path, tmp: &Path, env: &[(&str, &str)]) -> Output {
         .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .envs(env.iter().copied());
-    let out = cmd.output().expect("the test program runs");
+    let out = output_within(cmd, exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -98,6 +98,34 @@ fn run(exe: &Path, tmp: &Path, env: &[(&str, &str)]) -> Output {
         out.status
     );
     out
+}
+
+/// How long a test program may run: a hang fails the test.
+const HANG: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Runs `cmd` to completion and collects its output; kills it and panics
+/// if it runs longer than [`HANG`].
+fn output_within(mut cmd: Command, exe: &Path) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the test program runs");
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let deadline = std::time::Instant::now() + HANG;
+    while !waiter.is_finished() {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kill takes no pointer; `pid` is our child, not yet
+            // reaped (its waiter has not returned).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let _ = waiter.join();
+            panic!("{} did not finish within {HANG:?}: hung", exe.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    waiter.join().unwrap().expect("the test program's output")
 }
 
 /// Builds and runs `tests/c/<name>.c` (or another source) the given way;
@@ -179,12 +207,14 @@ c_tests! {
     config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";
     config_zero_env, config_zero_env_sanitized: ZERO_ENV, "config_zero_env:";
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
+    fixed_replace, fixed_replace_sanitized: &[], "fixed_replace:";
     bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
     backends, backends_sanitized: &[], "backends:";
     huge, huge_sanitized: &[], "huge:";
     user_mode_only, user_mode_only_sanitized: &[("UMIO_UFFD_MODE", "full")], "user_mode_only:";
     coherence, coherence_sanitized: &[], "coherence: ok";
     cache_resize, cache_resize_sanitized: &[], "cache_resize: ok";
+    flags, flags_sanitized: &[], "flags: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails

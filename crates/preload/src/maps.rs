@@ -28,6 +28,14 @@ const PAGE: usize = 4096;
 
 /// One umio region made for an `mmap` call.
 pub(crate) struct Entry {
+    /// Shared by the table and the calls under way (`Arc<Entry>`), so
+    /// partial unmaps (`munmap`, `MAP_FIXED`) go through
+    /// [`Mapping::unmap_range_shared`]. That is sound here because the shim
+    /// never makes a Rust slice (`as_slice`, deref) of a mapping: the
+    /// application holds raw addresses and the shim passes ranges and
+    /// pointers to umio and to the kernel, so nothing borrows memory that
+    /// an unmap takes away; the application touching a range it unmapped
+    /// is its own error, as with the kernel's `munmap`.
     pub mapping: Mapping,
     /// A duplicate of the application's descriptor: a fork child maps the
     /// file through it.
@@ -157,6 +165,43 @@ impl Table {
         self.segs = kept;
         self.publish();
         taken
+    }
+
+    /// Removes the parts of `entry`'s segments within `range`.
+    fn take_of(&mut self, entry: &Arc<Entry>, range: &Range<usize>) {
+        let mut kept = Vec::with_capacity(self.segs.len() + 2);
+        for s in self.segs.drain(..) {
+            if !Arc::ptr_eq(&s.entry, entry)
+                || s.range.end <= range.start
+                || range.end <= s.range.start
+            {
+                kept.push(s);
+                continue;
+            }
+            for part in [s.range.start..range.start, range.end..s.range.end] {
+                let part = part.start.max(s.range.start)..part.end.min(s.range.end);
+                if part.start < part.end {
+                    kept.push(Segment {
+                        range: part,
+                        ..s.clone()
+                    });
+                }
+            }
+        }
+        kept.sort_by_key(|s| s.range.start);
+        self.segs = kept;
+        self.publish();
+    }
+
+    /// The entries with a segment overlapping `range`.
+    fn entries_in(&self, range: &Range<usize>) -> Vec<Arc<Entry>> {
+        let mut entries: Vec<Arc<Entry>> = Vec::new();
+        for s in self.overlapping(range) {
+            if !entries.iter().any(|e| Arc::ptr_eq(e, &s.entry)) {
+                entries.push(s.entry);
+            }
+        }
+        entries
     }
 
     fn has_visible(&self, entry: &Arc<Entry>) -> bool {
@@ -326,14 +371,28 @@ pub(crate) fn map(
         .len(len)
         .writable(writable);
     let fixed = flags & libc::MAP_FIXED != 0;
-    if fixed {
+    let mapping = if fixed {
         let range = checked_range(addr, len)?;
-        release_for_fixed(range.start, range.len())?;
+        release_edges_for_fixed(&range)?;
+        // Pages that fit the range: the region then reserves no memory
+        // past it, and later fixed mappings at its 4 KiB boundaries split
+        // none of its pages where the default page size allows.
+        let mut ps = rt.page_size();
+        while ps > PAGE && !(addr.is_multiple_of(ps) && len_r.is_multiple_of(ps)) {
+            ps = if ps.is_power_of_two() { ps / 2 } else { PAGE };
+        }
         // SAFETY: MAP_FIXED: the application gives up what it had mapped
-        // in the range, as the kernel's MAP_FIXED would take it.
-        opts = unsafe { opts.fixed_address(addr) };
-    }
-    let mapping = rt.map(opts)?;
+        // in the range, as the kernel's MAP_FIXED would take it; umio
+        // replaces its own mappings there (their dirty pages written back).
+        opts = unsafe { opts.page_size(ps).fixed_address(addr) };
+        let mapped = rt.map(opts);
+        // Older umio mappings lose what was replaced, even on failure
+        // (mmap's MAP_FIXED may remove the old mapping when it fails).
+        drop(forget_replaced(&range));
+        mapped?
+    } else {
+        rt.map(opts)?
+    };
     let base = mapping.as_ptr() as usize;
     let span = len.next_multiple_of(mapping.page_size());
     if writable && prot & libc::PROT_WRITE == 0 {
@@ -414,7 +473,9 @@ fn unmap_locked(t: &mut Table, range: &Range<usize>) -> Vec<Arc<Entry>> {
             let a = rs.next_multiple_of(ps);
             let b = if re >= mlen { mlen } else { re / ps * ps };
             let cut = if a < b {
-                match e.mapping.unmap_range(a..b) {
+                // SAFETY: the shim never makes a Rust slice of a mapping
+                // (see `Entry::mapping`); the application unmaps the range.
+                match unsafe { e.mapping.unmap_range_shared(a..b) } {
                     Ok(()) => Some((base + a, base + b.next_multiple_of(ps))),
                     Err(err) => {
                         log::warn!("umio-preload: unmapping part of a mapping: {err}");
@@ -466,13 +527,24 @@ pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Before a `MAP_FIXED` mapping replaces `[addr, addr + len)`: umio's
-/// part of the range is unmapped (written back first), the rest is left
-/// for the kernel's `MAP_FIXED` to replace. `EINVAL` if umio still holds
-/// part of the range (the edge of an earlier partial `munmap` inside one
-/// of its pages): the kernel must not map over memory umio will unmap.
+/// Before a kernel `MAP_FIXED` mapping replaces `[addr, addr + len)`:
+/// umio's part of the range is unmapped (written back first), the rest is
+/// left for the kernel's `MAP_FIXED` to replace.
+///
+/// A umio page is the fill unit of its region and cannot be split. A page
+/// cut by the range's edge goes whole if its bytes outside the range are
+/// not the application's (the padding past a mapping's last 4 KiB page,
+/// or what an earlier partial `munmap` left); if the application still
+/// maps bytes of it outside the range, the call fails with `EINVAL` and
+/// nothing changes: unmapping them would take memory from under the
+/// application (its next access would crash, or silently reach whatever
+/// the kernel maps there next), and mapping over part of a umio page
+/// would leave a page umio can no longer fill. This happens only with a
+/// range not aligned to the older mapping's umio pages (64 KiB by
+/// default): `UMIO_PAGE_SIZE=4096` avoids it.
 pub(crate) fn release_for_fixed(addr: usize, len: usize) -> Result<(), Errno> {
     let range = checked_range(addr, len)?;
+    release_edges_for_fixed(&range)?;
     let (gone, leftover) = {
         let mut t = lock();
         let gone = unmap_locked(&mut t, &range);
@@ -480,9 +552,118 @@ pub(crate) fn release_for_fixed(addr: usize, len: usize) -> Result<(), Errno> {
     };
     drop(gone);
     if leftover {
+        // A page the edge check let through (a race with another
+        // thread's munmap or mmap of the same range).
         return Err(Errno(libc::EINVAL));
     }
     Ok(())
+}
+
+/// The first step of a `MAP_FIXED` over umio memory (see
+/// [`release_for_fixed`]): checks every umio page the range cuts at its
+/// edges, refusing (`EINVAL`, nothing changed) if the application maps
+/// bytes of it outside the range, and otherwise unmaps those pages whole
+/// (written back first). The pages wholly inside the range are left for
+/// the caller.
+fn release_edges_for_fixed(range: &Range<usize>) -> Result<(), Errno> {
+    let gone = {
+        let mut t = lock();
+        let mut edges: Vec<(Arc<Entry>, Range<usize>)> = Vec::new();
+        for e in t.entries_in(range) {
+            let base = e.base();
+            let ps = e.mapping.page_size();
+            let mlen = e.mapping.len();
+            let span = mlen.next_multiple_of(ps);
+            let rs = range.start.max(base) - base;
+            let re = range.end.min(base + span) - base;
+            let mut pages: Vec<usize> = Vec::new();
+            if !rs.is_multiple_of(ps) {
+                pages.push(rs / ps);
+            }
+            if !re.is_multiple_of(ps) && !pages.contains(&(re / ps)) {
+                pages.push(re / ps);
+            }
+            for p in pages {
+                if !e.mapping.is_mapped_at(p * ps) {
+                    continue;
+                }
+                let page = base + p * ps..base + (p + 1) * ps;
+                // The page's bytes outside the range.
+                let outside = [page.start..range.start, range.end..page.end];
+                let in_use = t.segs.iter().any(|s| {
+                    s.visible
+                        && Arc::ptr_eq(&s.entry, &e)
+                        && outside
+                            .iter()
+                            .any(|o| s.range.start < o.end && o.start < s.range.end)
+                });
+                if in_use {
+                    log::warn!(
+                        "umio-preload: MAP_FIXED at {:#x}..{:#x} would split a {ps}-byte umio \
+                         page at {:#x} whose bytes outside the range are mapped; refused \
+                         (EINVAL). Map at umio page boundaries, or set UMIO_PAGE_SIZE=4096",
+                        range.start,
+                        range.end,
+                        page.start
+                    );
+                    return Err(Errno(libc::EINVAL));
+                }
+                edges.push((e.clone(), page));
+            }
+        }
+        // Everything checked: take the edge pages out.
+        let mut touched: Vec<Arc<Entry>> = Vec::new();
+        for (e, page) in edges {
+            let base = e.base();
+            let mlen = e.mapping.len();
+            let rel = page.start - base..(page.end - base).min(mlen);
+            // SAFETY: as in `unmap_locked`: no Rust slice of the mapping exists;
+            // the application's MAP_FIXED replaces the range.
+            if let Err(err) = unsafe { e.mapping.unmap_range_shared(rel) } {
+                log::warn!("umio-preload: unmapping a umio page for MAP_FIXED: {err}");
+            }
+            t.take_of(&e, &page);
+            if !touched.iter().any(|x| Arc::ptr_eq(x, &e)) {
+                touched.push(e);
+            }
+        }
+        let mut gone = Vec::new();
+        for e in touched {
+            if !t.has_visible(&e) {
+                t.remove_entry(&e);
+                gone.push(e);
+            }
+        }
+        gone
+    };
+    drop(gone);
+    Ok(())
+}
+
+/// After umio mapped at a fixed address over `range`: takes the segments
+/// of umio pages that are no longer mapped (replaced) out of the table.
+/// Returns the entries left with no visible segment, to drop once the
+/// table's lock is released.
+fn forget_replaced(range: &Range<usize>) -> Vec<Arc<Entry>> {
+    let mut t = lock();
+    let mut gone = Vec::new();
+    for e in t.entries_in(range) {
+        let base = e.base();
+        let ps = e.mapping.page_size();
+        let span = e.mapping.len().next_multiple_of(ps);
+        let rs = range.start.max(base) - base;
+        let re = range.end.min(base + span) - base;
+        for p in rs / ps..re.div_ceil(ps) {
+            if !e.mapping.is_mapped_at(p * ps) {
+                t.take_of(&e, &(base + p * ps..base + (p + 1) * ps));
+            }
+        }
+        if !t.has_visible(&e) {
+            t.remove_entry(&e);
+            gone.push(e);
+        }
+    }
+    gone
 }
 
 /// Byte range of segment `s` relative to its mapping, clamped to it.
@@ -537,7 +718,11 @@ pub(crate) fn advise(
         }
     }
     match advice {
-        libc::MADV_REMOVE => return Err(Errno(libc::EOPNOTSUPP)),
+        // As the kernel: only shared mappings of a file open for writing
+        // can free file space; MADV_FREE is for private anonymous memory.
+        libc::MADV_REMOVE if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) => {
+            return Err(Errno(libc::EACCES));
+        }
         libc::MADV_FREE => return Err(Errno(libc::EINVAL)),
         _ => {}
     }
@@ -555,6 +740,8 @@ pub(crate) fn advise(
             libc::MADV_WILLNEED | 22 | 23 => m.prefetch(r)?,
             libc::MADV_DONTNEED if dontneed_is_noop => {}
             libc::MADV_DONTNEED => discard(&s.entry, r)?,
+            libc::MADV_REMOVE => m.advise(r, Advice::Remove)?,
+            libc::MADV_COLD | libc::MADV_PAGEOUT => m.advise(r, Advice::PageOut)?,
             libc::MADV_HUGEPAGE
             | libc::MADV_NOHUGEPAGE
             | libc::MADV_MERGEABLE
@@ -565,8 +752,6 @@ pub(crate) fn advise(
             | libc::MADV_DODUMP
             | libc::MADV_WIPEONFORK
             | libc::MADV_KEEPONFORK
-            | libc::MADV_COLD
-            | libc::MADV_PAGEOUT
             | libc::MADV_COLLAPSE => {}
             _ => return Err(Errno(libc::EINVAL)),
         }

@@ -83,6 +83,15 @@ impl Store for SharedFile {
     fn name(&self) -> &str {
         "shared file"
     }
+
+    /// Within the file only: a mapping never changes the file's size.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        let end = self.file.len()?;
+        if offset >= end {
+            return Ok(());
+        }
+        self.file.punch_hole(offset, len.min(end - offset))
+    }
 }
 
 /// A `MAP_PRIVATE` file: the file below, a scratch file of written pages

@@ -90,9 +90,7 @@ fn compile_with(name: &str, dir: &Path, libs: &[&str]) -> PathBuf {
 /// Runs `program` with `args` and `env`, and no other `UMIO_*` or
 /// `LD_PRELOAD` variable; `preload` puts the shim in.
 fn run(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Output {
-    command(program, args, env, preload)
-        .output()
-        .expect("the program runs")
+    output_within(command(program, args, env, preload), program, HANG)
 }
 
 /// The command `run` runs, to be adjusted before it runs.
@@ -108,6 +106,37 @@ fn command(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -
     }
     cmd.args(args).envs(env.iter().copied());
     cmd
+}
+
+/// How long a program may run: a hang fails the test.
+const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `cmd` to completion and collects its output; kills it and panics
+/// if it runs longer than `limit`.
+fn output_within(mut cmd: Command, program: &Path, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program runs");
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let deadline = std::time::Instant::now() + limit;
+    while !waiter.is_finished() {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kill takes no pointer; `pid` is our child, not yet
+            // reaped (its waiter has not returned).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let _ = waiter.join();
+            panic!(
+                "{} did not finish within {limit:?}: hung",
+                program.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    waiter.join().unwrap().expect("the program's output")
 }
 
 fn assert_ok(out: &Output, what: &str, line: &str) {
@@ -207,6 +236,18 @@ fn partial_munmap_leaves_the_rest_mapped() {
 }
 
 #[test]
+fn madvise_remove_pageout_and_cold_as_the_kernel() {
+    kernel_then_shim("advice", 4, true);
+}
+
+#[test]
+fn map_fixed_over_a_file_mapping_replaces_that_part() {
+    let out = kernel_then_shim("fixed", 8, true);
+    // a, b, c and d (the refused one is not counted).
+    assert_eq!(stat(&out, "file mappings"), 4, "mmap calls served by umio");
+}
+
+#[test]
 fn fork_children_see_the_parents_mappings() {
     let out = kernel_then_shim("fork", 16, false);
     // The parent's line and the child's (a runtime of its own).
@@ -218,8 +259,7 @@ fn fork_children_see_the_parents_mappings() {
     );
 }
 
-/// Runs `program` as [`run`] does, but kills it and fails the test if it
-/// has not ended after `secs` seconds (a hang must not hang CI).
+/// Runs `program` as [`run`] does, with a deadline of `secs` seconds.
 fn run_within(
     secs: u64,
     program: &Path,
@@ -227,34 +267,11 @@ fn run_within(
     env: &[(&str, &str)],
     preload: bool,
 ) -> Output {
-    let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("UMIO_") || k.starts_with("UMAP_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
-    if preload {
-        cmd.env("LD_PRELOAD", shim());
-    }
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("the program starts");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{} {args:?} did not end within {secs} s; stderr:\n{}",
-                program.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    output_within(
+        command(program, args, env, preload),
+        program,
+        std::time::Duration::from_secs(secs),
+    )
 }
 
 #[test]
@@ -421,7 +438,7 @@ fn fio_mmap_random_reads_verify_over_a_file_four_times_the_cache() {
         .unwrap();
     assert_ok(&prep, "fio writing the file", "err= 0");
     let pattern = format!("{}/*", dir.path().display());
-    let out = command(
+    let mut cmd = command(
         Path::new(fio),
         &[
             common.as_slice(),
@@ -439,10 +456,9 @@ fn fio_mmap_random_reads_verify_over_a_file_four_times_the_cache() {
             ("UMIO_STATS", "1"),
         ],
         true,
-    )
-    .current_dir(dir.path())
-    .output()
-    .expect("fio runs");
+    );
+    cmd.current_dir(dir.path());
+    let out = output_within(cmd, Path::new(fio), HANG);
     assert_ok(&out, "fio random reads under the shim", "err= 0");
     // fio wrote no verify state, neither in its working directory nor in
     // the test's (which is the crate's: the file used to land in git).

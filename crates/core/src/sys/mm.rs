@@ -90,6 +90,35 @@ pub(crate) unsafe fn map_anonymous_fixed(
     Ok(p as usize)
 }
 
+/// Maps `len` bytes of private anonymous memory exactly at `addr` if
+/// nothing is mapped in the range (`MAP_FIXED_NOREPLACE`), not inherited
+/// by `fork` children; `EEXIST` if something is.
+pub(crate) fn map_anonymous_noreplace(
+    addr: usize,
+    len: usize,
+    writable: bool,
+) -> Result<usize, i32> {
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: MAP_FIXED_NOREPLACE replaces nothing: the kernel refuses a
+    // range that holds a mapping.
+    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    if p as usize != addr {
+        // A kernel older than 4.17 takes the flag as a hint.
+        let _ = unmap(p as usize, len);
+        return Err(libc::EEXIST);
+    }
+    if let Err(e) = advise(addr, len, libc::MADV_DONTFORK) {
+        let _ = unmap(addr, len);
+        return Err(e);
+    }
+    Ok(addr)
+}
+
 /// Unmaps `[addr, addr+len)`.
 pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), i32> {
     // SAFETY: callers pass ranges they mapped themselves and no longer

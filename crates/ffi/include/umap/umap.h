@@ -70,9 +70,13 @@ extern "C" {
  * Maps length bytes of the file open as fd, from offset (a multiple of
  * 4096), as mmap(2) does, with page faults served by umio. prot:
  * PROT_READ, optionally | PROT_WRITE (fd open O_RDWR). flags: UMAP_PRIVATE
- * or MAP_SHARED, optionally | UMAP_FIXED (addr then a non-NULL multiple of
- * 4096; EEXIST if it overlaps another umio region). Without UMAP_FIXED,
- * addr is ignored. Returns the region's address, or UMAP_FAILED with errno.
+ * or MAP_SHARED, optionally | UMAP_FIXED or MAP_FIXED_NOREPLACE (addr then
+ * a non-NULL multiple of 4096). UMAP_FIXED replaces what the range holds,
+ * umio regions included (their dirty pages there are written back first;
+ * EINVAL, nothing changed, if the range would split one of their pages in
+ * use); MAP_FIXED_NOREPLACE fails with EEXIST if the range holds anything.
+ * Without either, addr is ignored. Returns the region's address, or
+ * UMAP_FAILED with errno.
  */
 void* umap(
     void* addr
