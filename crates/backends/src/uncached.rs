@@ -164,7 +164,23 @@ impl Drop for AlignedBlock {
 }
 
 /// A file read and written without leaving pages in the kernel's page
-/// cache: see the [module documentation](self). Built by
+/// cache, so that umio's bounded cache is the only copy.
+///
+/// - [`CacheMode::Direct`], where the file system supports direct I/O
+///   (`statx` reports `STATX_DIOALIGN`): whole aligned blocks go through
+///   an `O_DIRECT` [`UringStore`]; the partial block at the end of a
+///   request (the last page of a file) is read through an aligned bounce
+///   block with `O_DIRECT` too, and written with a buffered `pwrite` of
+///   exactly its bytes, so a write-back never extends the file.
+/// - [`CacheMode::DropBehind`] elsewhere (tmpfs, many network and FUSE
+///   file systems): `pread`/`pwrite`, then what was read is dropped from
+///   the page cache (`POSIX_FADV_DONTNEED`); written ranges are dropped
+///   once [`sync`](Store::sync) has written them back.
+///
+/// Requests whose offset or buffer is not aligned take the drop-behind
+/// path in either mode. Durability is that of [`FileStore`]: a write is
+/// durable after [`sync`](Store::sync) (`fdatasync`, which covers direct
+/// and buffered writes of the file alike). Built by
 /// [`UncachedFileStore::new`], which picks [`CacheMode::Direct`] where
 /// `statx` reports direct I/O support.
 pub struct UncachedFileStore {
