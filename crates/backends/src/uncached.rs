@@ -21,9 +21,9 @@
 use std::alloc::Layout;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, OnceLock};
 
 use crate::{FileStore, IoRequest, Store, StoreError, StoreOp, UringOptions, UringStore};
 
@@ -186,8 +186,12 @@ impl Drop for AlignedBlock {
 pub struct UncachedFileStore {
     /// The buffered descriptor: length, sync, the unaligned rest.
     file: FileStore,
-    /// The `O_DIRECT` io_uring store, in [`CacheMode::Direct`].
-    direct: Option<UringStore>,
+    /// In [`CacheMode::Direct`]: the `O_DIRECT` io_uring store, made at
+    /// the first transfer (making it maps a ring and staging buffers: not
+    /// at map time, where a new mapping could land on the very address a
+    /// caller is about to map at); `Some(None)` once io_uring was refused,
+    /// after which the store drops behind.
+    direct: Option<OnceLock<Option<UringStore>>>,
     /// The `O_DIRECT` alignment used (4096 in direct mode).
     align: usize,
     /// Bytes written through the page cache since the last sync, as one
@@ -223,12 +227,21 @@ impl UncachedFileStore {
     }
 
     /// Wraps a duplicate of `file` in the given mode. [`CacheMode::Direct`]
-    /// fails where the file system refuses `O_DIRECT` (`EINVAL`) or
-    /// io_uring is unavailable.
+    /// fails where the file system refuses `O_DIRECT` (`EINVAL`); where
+    /// io_uring turns out to be unavailable at the first transfer, the
+    /// store drops behind instead.
     pub fn with_mode(file: &File, mode: CacheMode) -> std::io::Result<Self> {
         let buffered = FileStore::new(file)?;
         let direct = match mode {
-            CacheMode::Direct => Some(UringStore::new(file, UringOptions::new().direct(true))?),
+            CacheMode::Direct => {
+                // Is O_DIRECT accepted? (Opened and closed: no mapping.)
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(format!("/proc/self/fd/{}", buffered.file().as_raw_fd()))?;
+                Some(OnceLock::new())
+            }
             CacheMode::DropBehind => None,
         };
         Ok(UncachedFileStore {
@@ -242,11 +255,21 @@ impl UncachedFileStore {
 
     /// How the store keeps out of the page cache.
     pub fn mode(&self) -> CacheMode {
-        if self.direct.is_some() {
-            CacheMode::Direct
-        } else {
-            CacheMode::DropBehind
+        match &self.direct {
+            Some(d) if !matches!(d.get(), Some(None)) => CacheMode::Direct,
+            _ => CacheMode::DropBehind,
         }
+    }
+
+    /// The `O_DIRECT` store, made at the first call; `None` in drop-behind
+    /// mode or where io_uring is refused.
+    fn direct(&self) -> Option<&UringStore> {
+        self.direct
+            .as_ref()?
+            .get_or_init(|| {
+                UringStore::new(self.file.file(), UringOptions::new().direct(true)).ok()
+            })
+            .as_ref()
     }
 
     /// The underlying (buffered) file.
@@ -304,7 +327,7 @@ impl UncachedFileStore {
     /// Reads the partial block at `offset` (aligned) through an aligned
     /// bounce block with `O_DIRECT`: short only at the end of the file.
     fn read_tail(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        let Some(direct) = &self.direct else {
+        let Some(direct) = self.direct() else {
             return self.read_buffered(offset, buf);
         };
         let Some(mut block) = AlignedBlock::new(self.align) else {
@@ -324,7 +347,7 @@ impl UncachedFileStore {
             Some(b) => b.as_ptr() as usize,
             None => req.write_buf().map_or(1, |b| b.as_ptr() as usize),
         };
-        self.direct.is_some()
+        self.direct().is_some()
             && req.offset().is_multiple_of(self.align as u64)
             && addr.is_multiple_of(self.align)
     }
@@ -492,7 +515,7 @@ impl Store for UncachedFileStore {
     }
 
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
-        match &self.direct {
+        match self.direct() {
             Some(d) => self.submit_direct(d, batch),
             None => {
                 for req in batch.iter_mut().filter(|r| r.result().is_none()) {
@@ -503,7 +526,12 @@ impl Store for UncachedFileStore {
     }
 
     fn queue_depth(&self) -> usize {
-        self.direct.as_ref().map_or(1, |d| d.queue_depth())
+        self.direct().map_or(1, |d| d.queue_depth())
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        // The same inode: one descriptor serves both paths.
+        self.file.punch_hole(offset, len)
     }
 }
 
