@@ -208,3 +208,62 @@ impl crate::runtime::Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Two fillers serving misses at once: the published trace holds the
+    /// stamps of the one that published it, none of the other's (before,
+    /// the stamps lived in one shared set, and the other filler's event
+    /// read overwrote the first's).
+    #[test]
+    fn a_trace_holds_one_fillers_stamps() {
+        let t = Arc::new(Tracer::default());
+        let (a_read, b_read) = (now(), now() + (1 << 40));
+        let step = Arc::new(Barrier::new(2));
+        let b = {
+            let (t, step) = (t.clone(), step.clone());
+            std::thread::spawn(move || {
+                step.wait(); // A has read its event.
+                t.read(b_read);
+                t.step(Step::Filling);
+                step.wait(); // A may publish.
+                step.wait(); // A published.
+            })
+        };
+        t.read(a_read);
+        step.wait();
+        step.wait();
+        for s in [
+            Step::Filling,
+            Step::Reserved,
+            Step::StoreRead,
+            Step::Installed,
+            Step::Waking,
+        ] {
+            t.step(s);
+        }
+        t.woken();
+        step.wait();
+        b.join().unwrap();
+        let tr = t.last().expect("a trace");
+        assert_eq!(tr.seq, 1);
+        assert_eq!(tr.read_begin, a_read, "another filler's read in the trace");
+        let stamps = [
+            tr.read_begin,
+            tr.read_end,
+            tr.filling,
+            tr.reserved,
+            tr.store_read,
+            tr.installed,
+            tr.waking,
+            tr.woken,
+        ];
+        assert!(
+            stamps.windows(2).all(|w| w[0] <= w[1]),
+            "stamps of one thread out of order: {tr:?}"
+        );
+    }
+}
