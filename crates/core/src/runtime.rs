@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use umio_backends::{FileStore, Store};
+use umio_backends::{FileStore, Store, UncachedFileStore};
 use umio_cache::{EvictionPolicy, FrameBudget, PolicyKind};
 
 use crate::error::{Error, Result};
@@ -183,6 +183,7 @@ pub struct Builder {
     promote: PromoteKind,
     uffd_mode: UffdMode,
     trace_faults: bool,
+    page_cache: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -201,6 +202,7 @@ impl std::fmt::Debug for Builder {
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
             .field("trace_faults", &self.trace_faults)
+            .field("page_cache", &self.page_cache)
             .finish_non_exhaustive()
     }
 }
@@ -211,7 +213,7 @@ impl Default for Builder {
             cache_bytes: None,
             cache_auto: None,
             huge_cache_bytes: None,
-            page_size: 64 << 10,
+            page_size: 4 << 10,
             fillers: default_fillers(),
             evictors: 1,
             high_water: 90,
@@ -223,6 +225,7 @@ impl Default for Builder {
             promote: PromoteKind::Never,
             uffd_mode: UffdMode::Auto,
             trace_faults: false,
+            page_cache: false,
         }
     }
 }
@@ -267,7 +270,7 @@ impl Builder {
     }
 
     /// Default fill unit of regions (a multiple of 4 KiB); a region may
-    /// choose its own with [`MapOptions::page_size`]. Default 64 KiB.
+    /// choose its own with [`MapOptions::page_size`]. Default 4 KiB.
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = bytes;
         self
@@ -391,6 +394,18 @@ impl Builder {
         self
     }
 
+    /// Whether [`Runtime::map_file`] keeps the kernel's page cache in
+    /// the path of its reads and writes (buffered `pread`/`pwrite`), as
+    /// before umio bypassed it. Default off: umio's cache is the only
+    /// cache ([`umio_backends::UncachedFileStore`]: `O_DIRECT` where the
+    /// file system supports it, else `POSIX_FADV_DONTNEED` of what was
+    /// read and written). [`MapOptions::page_cache`] overrides it per
+    /// mapping.
+    pub fn page_cache(mut self, on: bool) -> Self {
+        self.page_cache = on;
+        self
+    }
+
     /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
     /// `UMIO_HUGE_CACHE_BYTES`, `UMIO_PAGE_SIZE` (sizes accept K, M, G
     /// suffixes), `UMIO_FILLERS`,
@@ -401,7 +416,8 @@ impl Builder {
     /// bytes, 0 for none),
     /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
     /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
-    /// (`auto`, `full` or `user`; see [`UffdMode`]). Unset or empty
+    /// (`auto`, `full` or `user`; see [`UffdMode`]), `UMIO_PAGE_CACHE`
+    /// (`1` or `0`; see [`Builder::page_cache`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
         if let Some(v) = env_var("UMIO_CACHE_BYTES") {
@@ -419,6 +435,13 @@ impl Builder {
             self.huge_cache_bytes = Some(parse_size(&v).ok_or(Error::InvalidArgument(
                 "UMIO_HUGE_CACHE_BYTES is not a size",
             ))?);
+        }
+        if let Some(v) = env_var("UMIO_PAGE_CACHE") {
+            self.page_cache = match v.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(Error::InvalidArgument("UMIO_PAGE_CACHE is not 0 or 1")),
+            };
         }
         if let Some(v) = env_var("UMIO_PAGE_SIZE") {
             self.page_size = parse_size(&v)
@@ -596,6 +619,7 @@ impl Builder {
                 cache_auto: self.cache_auto,
                 promote: self.promote,
                 fillers: self.fillers,
+                page_cache: self.page_cache,
             },
             features,
             uffd,
@@ -714,6 +738,8 @@ pub(crate) struct Config {
     pub promote: PromoteKind,
     /// Filler threads.
     pub fillers: usize,
+    /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
+    pub page_cache: bool,
 }
 
 /// A wake-up flag for a background thread.
@@ -1327,20 +1353,29 @@ impl Runtime {
     }
 
     /// Maps a file. The runtime keeps its own duplicate of the descriptor.
-    /// `opts` must not name a store.
+    /// `opts` must not name a store. By default the file is read and
+    /// written without the kernel's page cache
+    /// ([`umio_backends::UncachedFileStore`]); [`MapOptions::page_cache`]
+    /// or [`Builder::page_cache`] opts back in.
     pub fn map_file(&self, file: &File, opts: MapOptions) -> Result<Mapping> {
         if opts.store.is_some() {
             return Err(Error::InvalidArgument(
                 "map_file takes no store option; use map",
             ));
         }
-        let store = FileStore::new(file).map_err(|e| {
+        let page_cache = opts.page_cache.unwrap_or(self.inner.shared.cfg.page_cache);
+        let store: Arc<dyn Store> = if page_cache {
+            FileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
+        } else {
+            UncachedFileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
+        }
+        .map_err(|e| {
             Error::os(
                 "opening the file store",
                 e.raw_os_error().unwrap_or(libc::EBADF),
             )
         })?;
-        self.map(opts.store(Arc::new(store)))
+        self.map(opts.store(store))
     }
 
     /// Maps the store named by [`MapOptions::store`].
@@ -1401,6 +1436,12 @@ impl Runtime {
     /// The default page size of new regions.
     pub fn page_size(&self) -> usize {
         self.inner.shared.cfg.page_size
+    }
+
+    /// Whether [`map_file`](Runtime::map_file) goes through the kernel's
+    /// page cache by default ([`Builder::page_cache`]).
+    pub fn page_cache(&self) -> bool {
+        self.inner.shared.cfg.page_cache
     }
 
     /// The kernel features in use.
