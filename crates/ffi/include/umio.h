@@ -516,6 +516,65 @@ struct umio_stats {
   uint64_t no_progress_faults;
 };
 
+// Counters and gauges of the whole runtime (every mapping, from the
+// start), for umio_runtime_stats. The structure may grow in later
+// versions (see "Extensible structures" above): set size before the
+// call.
+struct umio_runtime_stats {
+  // Set by the caller to sizeof(struct umio_runtime_stats); umio
+  // writes no byte past it, and sets it to the bytes it filled.
+  size_t size;
+  // Page faults read from userfaultfd.
+  uint64_t faults;
+  // Faults by kind: a page filled for a reading thread (a miss).
+  uint64_t read_misses;
+  // A page filled for a writing thread.
+  uint64_t write_misses;
+  // The first write to a clean page (a write-protect fault).
+  uint64_t first_writes;
+  // A fault on a page another thread was filling or changing, served
+  // without a read of its own.
+  uint64_t coalesced;
+  // A fault found already resolved when handled.
+  uint64_t resolved;
+  // Faults on hugetlbfs mappings.
+  uint64_t huge_faults;
+  // Faults that made no progress, ended by umio (see struct
+  // umio_stats); 0 in a correct program.
+  uint64_t no_progress_faults;
+  // Store reads made to fill pages (faults and prefetch).
+  uint64_t store_reads;
+  // Bytes read from stores.
+  uint64_t bytes_read;
+  // Pages filled by prefetch or read-ahead rather than by a fault.
+  uint64_t prefetched;
+  // Failed fills (the faulting thread got SIGBUS).
+  uint64_t read_errors;
+  // Pages evicted.
+  uint64_t evictions;
+  // Of those, pages that were dirty and written back first.
+  uint64_t dirty_evictions;
+  // Store writes made by write-back (each covers a run of pages).
+  uint64_t writebacks;
+  // Bytes written back.
+  uint64_t bytes_written;
+  // Failed write-backs (the pages stayed dirty).
+  uint64_t writeback_errors;
+  // Times a filler evicted pages itself because the cache was full.
+  uint64_t direct_reclaims;
+  // Bytes of cache held now: resident pages and pages being filled.
+  uint64_t resident_bytes;
+  // The cache's bound now (it may change at run time); before the first
+  // mapping, the bound the runtime will start with.
+  uint64_t cache_bytes;
+  // Of resident_bytes, those of the huge-page pool; 0 without one.
+  uint64_t huge_pool_bytes;
+  // The huge-page pool's bound; 0 without one.
+  uint64_t huge_cache_bytes;
+  // Mappings (regions) now.
+  uint64_t regions;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -832,6 +891,19 @@ int umio_user_mode_only(void);
 // out points to a struct umio_stats whose first size bytes are
 // writable.
 int umio_stats(const void *addr, struct umio_stats *out);
+
+// Copies the runtime's counters (all mappings, from its start) to *out
+// (struct umio_runtime_stats s = { .size = sizeof s };
+// umio_runtime_stats(&s);). Before the first mapping the runtime does
+// not run: every counter is 0 and cache_bytes is the bound it will start
+// with. Returns 0, or -1 with errno EINVAL (out NULL or misaligned,
+// or out->size not set) or the errno of a malformed UMAP_* variable
+// (before the first mapping).
+//
+// Requirements:
+// out points to a struct umio_runtime_stats whose first size bytes
+// are writable.
+int umio_runtime_stats(struct umio_runtime_stats *out);
 
 // The version of the library the program runs with, as a string
 // "MAJOR.MINOR.PATCH" (for example "0.1.0"), static: never freed,

@@ -112,6 +112,9 @@ pub(crate) struct Settings {
     /// Files read and written through the kernel's page cache too
     /// (`UMIO_PAGE_CACHE`).
     pub page_cache: bool,
+    /// Seconds between two statistics lines printed on stderr
+    /// (`UMAP_MONITOR_FREQ`, UMap's monitor thread); 0: none.
+    pub monitor_freq: u64,
 }
 
 impl Settings {
@@ -333,7 +336,9 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             Some(_) => return Err(Errno(libc::EINVAL)),
         },
     };
+    let monitor_freq = umap_number(env, "UMAP_MONITOR_FREQ")?.unwrap_or(0);
     Ok(Settings {
+        monitor_freq,
         page_size,
         cache_bytes,
         cache_auto: o.cache_auto,
@@ -392,8 +397,17 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
     }
     let rt = settings.builder().build()?;
     log::info!("umio: runtime started: {settings:?}");
+    if settings.monitor_freq > 0 {
+        crate::monitor::start(&rt, settings.monitor_freq);
+    }
     lib.running = Some((rt.clone(), settings));
     Ok(rt)
+}
+
+/// The runtime if it runs (started by a first mapping), without starting
+/// it.
+pub(crate) fn running() -> Option<Runtime> {
+    lib().running.as_ref().map(|(rt, _)| rt.clone())
 }
 
 /// The settings in force, or, before the first mapping, those a mapping
@@ -528,7 +542,8 @@ mod tests {
 
     /// The variables UMap reads with `read_env_var`, which takes 0 for
     /// unset.
-    const UMAP_NUMBERS: [&str; 7] = [
+    const UMAP_NUMBERS: [&str; 8] = [
+        "UMAP_MONITOR_FREQ",
         "UMAP_PAGESIZE",
         "UMAP_BUFSIZE",
         "UMAP_PAGE_FILLERS",

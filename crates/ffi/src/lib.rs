@@ -35,6 +35,7 @@ mod config;
 mod extensible;
 mod logging;
 mod map;
+mod monitor;
 pub mod native;
 mod ops;
 pub mod policy;

@@ -216,6 +216,7 @@ c_tests! {
     cache_resize, cache_resize_sanitized: &[], "cache_resize: ok";
     flags, flags_sanitized: &[], "flags: ok";
     old_structs, old_structs_sanitized: &[], "old_structs: ok";
+    runtime_stats, runtime_stats_sanitized: &[], "runtime_stats: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails
@@ -260,6 +261,36 @@ fn bad_inputs_cover_at_least_20_cases() {
     let ok = out.lines().filter(|l| l.contains(" ok (errno ")).count();
     assert!(ok >= 20, "only {ok} bad inputs checked:\n{out}");
     assert!(out.contains(", 0 failed"), "{out}");
+}
+
+/// `UMAP_MONITOR_FREQ=1`: UMap's monitor prints a line of statistics on
+/// stderr every second while the program runs (three seconds here).
+#[test]
+fn umap_monitor_freq_prints_statistics_periodically() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(&test_c("runtime_stats"), dir.path(), Build::Plain);
+    let out = run(&exe, dir.path(), &[("UMAP_MONITOR_FREQ", "1")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("runtime_stats: ok"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("umio: monitor: faults "))
+        .collect();
+    assert!(lines.len() >= 2, "expected a line a second:\n{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("2 regions") && l.contains("resident")),
+        "{stderr}"
+    );
+    // 0 is unset, as for UMap: no monitor.
+    let off = run(&exe, dir.path(), &[("UMAP_MONITOR_FREQ", "0")]);
+    assert!(
+        off.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
 }
 
 #[test]

@@ -44,6 +44,9 @@
  *                                   (default 256, 1 to 4096)
  *   UMAP_LOG_LEVEL                  ERROR, WARNING, INFO or DEBUG: print
  *                                   umio's log records to stderr
+ *   UMAP_MONITOR_FREQ               seconds between two lines of runtime
+ *                                   statistics printed on stderr by a
+ *                                   monitor thread (default 0: none)
  * umio.h's umio_config_set_* calls, made before the first mapping,
  * override these.
  */

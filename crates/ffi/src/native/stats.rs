@@ -75,3 +75,127 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
         Ok(0)
     })
 }
+
+/// Counters and gauges of the whole runtime (every mapping, from the
+/// start), for `umio_runtime_stats`. The structure may grow in later
+/// versions (see "Extensible structures" above): set `size` before the
+/// call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct umio_runtime_stats {
+    /// Set by the caller to `sizeof(struct umio_runtime_stats)`; umio
+    /// writes no byte past it, and sets it to the bytes it filled.
+    pub size: usize,
+    /// Page faults read from userfaultfd.
+    pub faults: u64,
+    /// Faults by kind: a page filled for a reading thread (a miss).
+    pub read_misses: u64,
+    /// A page filled for a writing thread.
+    pub write_misses: u64,
+    /// The first write to a clean page (a write-protect fault).
+    pub first_writes: u64,
+    /// A fault on a page another thread was filling or changing, served
+    /// without a read of its own.
+    pub coalesced: u64,
+    /// A fault found already resolved when handled.
+    pub resolved: u64,
+    /// Faults on hugetlbfs mappings.
+    pub huge_faults: u64,
+    /// Faults that made no progress, ended by umio (see `struct
+    /// umio_stats`); 0 in a correct program.
+    pub no_progress_faults: u64,
+    /// Store reads made to fill pages (faults and prefetch).
+    pub store_reads: u64,
+    /// Bytes read from stores.
+    pub bytes_read: u64,
+    /// Pages filled by prefetch or read-ahead rather than by a fault.
+    pub prefetched: u64,
+    /// Failed fills (the faulting thread got SIGBUS).
+    pub read_errors: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Of those, pages that were dirty and written back first.
+    pub dirty_evictions: u64,
+    /// Store writes made by write-back (each covers a run of pages).
+    pub writebacks: u64,
+    /// Bytes written back.
+    pub bytes_written: u64,
+    /// Failed write-backs (the pages stayed dirty).
+    pub writeback_errors: u64,
+    /// Times a filler evicted pages itself because the cache was full.
+    pub direct_reclaims: u64,
+    /// Bytes of cache held now: resident pages and pages being filled.
+    pub resident_bytes: u64,
+    /// The cache's bound now (it may change at run time); before the first
+    /// mapping, the bound the runtime will start with.
+    pub cache_bytes: u64,
+    /// Of `resident_bytes`, those of the huge-page pool; 0 without one.
+    pub huge_pool_bytes: u64,
+    /// The huge-page pool's bound; 0 without one.
+    pub huge_cache_bytes: u64,
+    /// Mappings (regions) now.
+    pub regions: u64,
+}
+
+// SAFETY: repr(C), `size` first, integers only.
+unsafe impl Extensible for umio_runtime_stats {}
+
+impl umio_runtime_stats {
+    pub(crate) fn from_stats(s: &umio_core::Stats) -> Self {
+        umio_runtime_stats {
+            size: 0,
+            faults: s.faults,
+            read_misses: s.read_misses,
+            write_misses: s.write_misses,
+            first_writes: s.wp_faults,
+            coalesced: s.coalesced,
+            resolved: s.stale,
+            huge_faults: s.huge_faults,
+            no_progress_faults: s.no_progress_faults,
+            store_reads: s.store_reads,
+            bytes_read: s.bytes_read,
+            prefetched: s.prefetched_pages,
+            read_errors: s.read_errors,
+            evictions: s.evicted_pages,
+            dirty_evictions: s.evicted_dirty_pages,
+            writebacks: s.writeback_ops,
+            bytes_written: s.bytes_written,
+            writeback_errors: s.write_errors,
+            direct_reclaims: s.direct_reclaims,
+            resident_bytes: s.resident_bytes,
+            cache_bytes: s.cache_bytes,
+            huge_pool_bytes: s.huge_pool_bytes,
+            huge_cache_bytes: s.huge_cache_bytes,
+            regions: s.regions,
+        }
+    }
+}
+
+/// Copies the runtime's counters (all mappings, from its start) to `*out`
+/// (`struct umio_runtime_stats s = { .size = sizeof s };
+/// umio_runtime_stats(&s);`). Before the first mapping the runtime does
+/// not run: every counter is 0 and `cache_bytes` is the bound it will start
+/// with. Returns 0, or -1 with errno `EINVAL` (`out` NULL or misaligned,
+/// or `out->size` not set) or the errno of a malformed `UMAP_*` variable
+/// (before the first mapping).
+///
+/// # Safety
+/// `out` points to a `struct umio_runtime_stats` whose first `size` bytes
+/// are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_runtime_stats(out: *mut umio_runtime_stats) -> c_int {
+    ffi_boundary!(-1, {
+        check_ptr(out)?;
+        let stats = match crate::config::running() {
+            Some(rt) => umio_runtime_stats::from_stats(&rt.stats()),
+            None => umio_runtime_stats {
+                cache_bytes: crate::config::current()?.0.cache_bytes,
+                ..Default::default()
+            },
+        };
+        // SAFETY: the caller promised `size` writable bytes.
+        unsafe { extensible::write(out, stats) }?;
+        Ok(0)
+    })
+}
