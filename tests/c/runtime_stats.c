@@ -51,6 +51,25 @@ int main(void) {
   CHECK(rs.cache_bytes == CACHE_PAGES * PAGE);
   CHECK(rs.resident_bytes > 0 && rs.resident_bytes <= rs.cache_bytes);
 
+  /* The fault-latency histogram counts every fault once (a filler records
+     a fault after waking its thread: wait for the last one); its sum lies
+     within its buckets' bounds. */
+  uint64_t counted = 0, lo = 0, hi = 0;
+  for (int tries = 0; tries < 2000; tries++) {
+    CHECK(umio_runtime_stats(&rs) == 0);
+    counted = lo = hi = 0;
+    for (int i = 0; i < UMIO_LATENCY_BUCKETS; i++) {
+      counted += rs.fault_latency[i];
+      lo += rs.fault_latency[i] * (i == 0 ? 0 : 1ull << i);
+      hi += rs.fault_latency[i] * (1ull << (i + 1));
+    }
+    if (counted == rs.faults) break;
+    usleep(1000);
+  }
+  CHECK(counted == rs.faults);
+  CHECK(rs.fault_latency_sum_ns >= lo && rs.fault_latency_sum_ns < hi);
+  CHECK(rs.fault_latency[0] < rs.faults); /* a fault takes more than 2 ns */
+
   /* The per-mapping counters add up to the runtime's. */
   struct umio_stats sa = {.size = sizeof sa}, sb = {.size = sizeof sb};
   CHECK(umio_stats(a, &sa) == 0 && umio_stats(b, &sb) == 0);

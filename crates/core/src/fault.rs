@@ -115,10 +115,12 @@ pub(crate) fn filler_main(shared: Arc<Shared>) {
             }
             idle_since = None;
             shared.trace_read(read_begin);
+            let read_done = Instant::now();
             for m in &msgs[..n] {
                 if let Some((addr, flags)) = m.pagefault() {
                     w.thread = m.thread_id();
                     shared.handle_fault(&mut w, addr, flags);
+                    shared.stats.fault_latency.record(read_done.elapsed());
                 }
             }
             let poll_next = match shared.cfg.filler_wait {

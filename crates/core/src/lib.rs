@@ -8,6 +8,7 @@ mod autosize;
 mod error;
 mod evict;
 mod fault;
+pub mod histogram;
 mod huge;
 mod mapping;
 mod prefetch;
@@ -23,6 +24,7 @@ mod trace;
 mod writeback;
 
 pub use error::{Error, Result};
+pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::histogram::{FaultLatency, LatencyHistogram};
+
 /// What a [`Stats`] snapshot reads from the runtime besides its counters.
 pub(crate) struct Gauges {
     pub resident_bytes: u64,
@@ -19,12 +21,20 @@ macro_rules! counters {
         #[derive(Default, Debug)]
         pub(crate) struct Counters {
             $(pub $name: AtomicU64,)*
+            /// Recorded once per fault event, by the filler that served it.
+            pub fault_latency: LatencyHistogram,
         }
 
-        /// A snapshot of a runtime's counters, from its start.
+        /// A snapshot of a runtime's counters, from its start. New fields
+        /// may be added in any release (`#[non_exhaustive]`); its
+        /// [`Display`](std::fmt::Display) is a compact multi-line summary.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
         pub struct Stats {
             $($(#[doc = $doc])* pub $name: u64,)*
+            /// How long faults took to serve: a log2-scaled histogram of
+            /// nanoseconds (see [`FaultLatency`]).
+            pub fault_latency: FaultLatency,
             /// Bytes of cache reserved now: resident pages, pages being
             /// filled, and the small reserve (at most 1/256 of the cache,
             /// up to 1 MiB) each filler keeps so that most misses touch no
@@ -54,6 +64,7 @@ macro_rules! counters {
             pub(crate) fn snapshot(&self, now: Gauges) -> Stats {
                 Stats {
                     $($name: self.$name.load(Relaxed),)*
+                    fault_latency: self.fault_latency.snapshot(),
                     resident_bytes: now.resident_bytes,
                     huge_pool_bytes: now.huge_pool_bytes,
                     cache_bytes: now.cache_bytes,
@@ -150,8 +161,10 @@ macro_rules! region_counters {
             $(pub $name: AtomicU64,)*
         }
 
-        /// A snapshot of one region's counters, from its map.
+        /// A snapshot of one region's counters, from its map. New fields
+        /// may be added in any release (`#[non_exhaustive]`).
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
         pub struct RegionStats {
             $($(#[doc = $doc])* pub $name: u64,)*
         }

@@ -6,7 +6,8 @@
  * Link with -lumio (pkg-config --cflags --libs umio). Functions returning
  * int return 0 on success and -1 with a positive errno on failure;
  * umio_map returns UMIO_FAILED with errno. Nothing is printed unless the
- * environment variable UMAP_LOG_LEVEL (ERROR, WARNING, INFO, DEBUG) asks.
+ * environment variable UMAP_LOG_LEVEL (ERROR, WARNING, INFO, DEBUG) or
+ * UMAP_MONITOR_FREQ (seconds between statistics lines) asks.
  * A panic inside umio (a bug) is reported as errno ENOTRECOVERABLE.
  *
  * The runtime starts when the first region is mapped (by umio_map or
@@ -114,6 +115,9 @@
 
 // As UMIO_ADVICE_COLD (MADV_PAGEOUT).
 #define UMIO_ADVICE_PAGEOUT 21
+
+// Buckets of umio_runtime_stats.fault_latency.
+#define UMIO_LATENCY_BUCKETS 32
 
 // A page not resident (struct umio_page_probe.state).
 #define UMIO_PAGE_EMPTY 0
@@ -573,6 +577,15 @@ struct umio_runtime_stats {
   uint64_t huge_cache_bytes;
   // Mappings (regions) now.
   uint64_t regions;
+  // The fault-latency histogram's sum of latencies in nanoseconds (a
+  // fault's latency: from umio's read of its event to the end of its
+  // handling, the thread woken).
+  uint64_t fault_latency_sum_ns;
+  // The fault-latency histogram: fault_latency[i] counts faults served
+  // in [2^i, 2^(i+1)) nanoseconds; fault_latency[0] those under 2 ns
+  // and the last bucket those of 2^(UMIO_LATENCY_BUCKETS - 1) ns or
+  // more.
+  uint64_t fault_latency[UMIO_LATENCY_BUCKETS];
 };
 
 #ifdef __cplusplus

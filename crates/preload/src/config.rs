@@ -29,6 +29,33 @@ pub(crate) struct Config {
     pub heap_size: usize,
     /// `UMIO_STATS=1`: print the process's counters at exit.
     pub stats: bool,
+    /// `UMIO_LOG`: `off`, `error`, `warn` (the default), `info` or
+    /// `debug`: the log records printed on stderr.
+    pub log_level: LogLevel,
+}
+
+/// The level of `UMIO_LOG` (`warn` by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogLevel(pub log::LevelFilter);
+
+impl Default for LogLevel {
+    fn default() -> Self {
+        LogLevel(log::LevelFilter::Warn)
+    }
+}
+
+/// A `UMIO_LOG` value (any case); `None` if it is none of them.
+pub(crate) fn parse_log_level(v: &str) -> Option<log::LevelFilter> {
+    use log::LevelFilter::*;
+    Some(match v.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" | "0" => Off,
+        "error" => Error,
+        "warn" | "warning" => Warn,
+        "info" => Info,
+        "debug" => Debug,
+        "trace" => Trace,
+        _ => return None,
+    })
 }
 
 /// A variable's value, read with `getenv(3)` (no allocation before the
@@ -91,6 +118,15 @@ impl Config {
             heap_min_alloc: size(c"UMIO_HEAP_MIN_ALLOC", 1 << 20).max(1),
             heap_size: size(c"UMIO_HEAP_SIZE", 64 << 30),
             stats: var(c"UMIO_STATS").is_some_and(|v| v != "0"),
+            log_level: match var(c"UMIO_LOG") {
+                None => LogLevel::default(),
+                Some(v) => LogLevel(parse_log_level(&v).unwrap_or_else(|| {
+                    crate::sys::eprint(&format!(
+                        "umio-preload: UMIO_LOG is not off, error, warn, info or debug: {v}\n"
+                    ));
+                    log::LevelFilter::Warn
+                })),
+            },
         }
     }
 
@@ -106,6 +142,18 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_levels_parse() {
+        use log::LevelFilter::*;
+        assert_eq!(parse_log_level("off"), Some(Off));
+        assert_eq!(parse_log_level("ERROR"), Some(Error));
+        assert_eq!(parse_log_level(" warn "), Some(Warn));
+        assert_eq!(parse_log_level("warning"), Some(Warn));
+        assert_eq!(parse_log_level("info"), Some(Info));
+        assert_eq!(parse_log_level("debug"), Some(Debug));
+        assert_eq!(parse_log_level("loud"), None);
+    }
 
     #[test]
     fn sizes_parse() {

@@ -14,7 +14,11 @@
 //! - **Heap mode** (`UMIO_HEAP_FILE`): `malloc` and its kin serve blocks of
 //!   at least `UMIO_HEAP_MIN_ALLOC` bytes from a umio region over that file
 //!   (`heap.rs`).
-//! - `UMIO_STATS=1` prints the process's counters at exit.
+//! - `UMIO_STATS=1` prints the process's counters at exit, with the hit
+//!   ratio, the bytes read per byte faulted and the fault-latency
+//!   histogram.
+//! - `UMIO_LOG` (`off`, `error`, `warn`, `info`, `debug`; default `warn`):
+//!   umio's log records at that level and above go to stderr.
 //!
 //! The runtime starts on the first selected mapping or large allocation,
 //! configured by the `UMIO_*` variables of `umio_core::Builder::from_env`.
@@ -162,6 +166,45 @@ extern "C" fn at_exit() {
     });
 }
 
+/// Hit ratio (faults served without a store read) and read amplification:
+/// bytes read from stores per byte of pages faulted in (misses times the
+/// page size; pages read ahead and used without a fault are not seen, so
+/// the ratio is an upper bound).
+fn efficiency(s: &umio_core::Stats, page_size: usize) -> String {
+    let misses = s.read_misses + s.write_misses;
+    let mut out = String::new();
+    if s.faults > 0 {
+        let hits = s.faults.saturating_sub(misses);
+        out += &format!("; hit ratio {:.1}%", 100.0 * hits as f64 / s.faults as f64);
+    }
+    if misses > 0 {
+        let touched = misses as f64 * page_size as f64;
+        out += &format!(
+            ", {:.2} bytes read per byte faulted",
+            s.bytes_read as f64 / touched
+        );
+    }
+    out
+}
+
+/// The fault-latency histogram: a summary line and its non-empty buckets.
+fn latency_lines(h: &umio_core::FaultLatency) -> String {
+    let mut out = format!("umio-preload: fault latency (pid {}): {h}\n", sys::pid());
+    if h.count() == 0 {
+        return out;
+    }
+    out += "umio-preload: fault latency buckets:";
+    for (i, &n) in h.buckets.iter().enumerate() {
+        if n > 0 {
+            let (lo, _) = umio_core::FaultLatency::bucket_range(i);
+            out += &format!(" {:?}+ {n};", std::time::Duration::from_nanos(lo));
+        }
+    }
+    out.pop();
+    out.push('\n');
+    out
+}
+
 fn print_stats() {
     let mut out = format!(
         "umio-preload: pid {}: {} file mappings ({} MiB) served by umio",
@@ -198,7 +241,11 @@ fn print_stats() {
             s.bytes_written >> 20,
             s.no_progress_faults
         );
+        out += &efficiency(&s, rt.page_size());
     }
     out.push('\n');
+    if let Some(rt) = runtime::runtime_if_started() {
+        out += &latency_lines(&rt.stats().fault_latency);
+    }
     sys::report(&out);
 }

@@ -69,7 +69,12 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
         .and_then(|b| b.build());
     match built {
         Ok(rt) => {
-            log_errors();
+            start_logging();
+            log::info!(
+                "runtime started: page size {} bytes, cache {} bytes",
+                rt.page_size(),
+                rt.cache_bytes()
+            );
             slot.pid = sys::pid();
             slot.rt = Some(rt.clone());
             Ok(rt)
@@ -84,31 +89,41 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
     }
 }
 
-/// Prints umio's error records to standard error: what made it fail a
-/// fault with SIGBUS, say, which a program's user must see.
-struct ErrorLog;
+/// Prints umio's log records to standard error, up to the level
+/// `UMIO_LOG` asks for (warnings and errors by default): what made it fail
+/// a fault with SIGBUS or a write-back, say, which a program's user must
+/// see.
+struct StderrLog;
 
-impl log::Log for ErrorLog {
+impl log::Log for StderrLog {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Error
+        metadata.level() <= log::max_level()
     }
 
     fn log(&self, record: &log::Record<'_>) {
         if self.enabled(record.metadata()) {
             let msg = record.args().to_string();
             let msg = msg.strip_prefix("umio: ").unwrap_or(&msg);
-            sys::eprint(&format!("umio-preload: {msg}\n"));
+            let level = match record.level() {
+                log::Level::Error => "error",
+                log::Level::Warn => "warning",
+                log::Level::Info => "info",
+                log::Level::Debug => "debug",
+                log::Level::Trace => "trace",
+            };
+            sys::eprint(&format!("umio-preload: {level}: {msg}\n"));
         }
     }
 
     fn flush(&self) {}
 }
 
-fn log_errors() {
-    static LOGGER: ErrorLog = ErrorLog;
+/// Installs the stderr logger at the level of `UMIO_LOG`.
+fn start_logging() {
+    static LOGGER: StderrLog = StderrLog;
     // Fails only if set already (by an earlier runtime of this process).
     let _ = log::set_logger(&LOGGER);
-    log::set_max_level(log::LevelFilter::Error);
+    log::set_max_level(config().log_level.0);
 }
 
 /// The runtime if it was started, without starting it.

@@ -222,6 +222,59 @@ fn shared_mappings_survive_eviction_and_reach_the_file() {
     assert!(stat(&out, "MiB written back") >= 32);
 }
 
+/// `UMIO_STATS=1` also prints the hit ratio, the read amplification and
+/// the fault-latency histogram, whose buckets add up to the faults.
+#[test]
+fn stats_at_exit_show_hit_ratio_and_fault_latency() {
+    let out = kernel_then_shim("shared", 8, true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let faults = stat(&out, "faults,");
+    assert!(faults > 0);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("umio-preload: pid"))
+        .unwrap();
+    assert!(line.contains("; hit ratio "), "{line}");
+    assert!(line.contains(" bytes read per byte faulted"), "{line}");
+    let latency = stderr
+        .lines()
+        .find(|l| l.starts_with("umio-preload: fault latency (pid"))
+        .unwrap_or_else(|| panic!("no latency line in:\n{stderr}"));
+    assert!(
+        latency.contains(&format!(": {faults} faults: mean ")),
+        "{latency}"
+    );
+    let buckets = stderr
+        .lines()
+        .find(|l| l.starts_with("umio-preload: fault latency buckets:"))
+        .unwrap_or_else(|| panic!("no buckets line in:\n{stderr}"));
+    let counted: u64 = buckets
+        .split(';')
+        .map(|b| b.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted, faults, "{buckets}");
+}
+
+/// `UMIO_LOG` sets what the shim prints: warnings and errors by default,
+/// more with `info`, nothing with `off`; a bad value is reported.
+#[test]
+fn umio_log_sets_the_level_printed() {
+    let started = "umio-preload: info: runtime started";
+    let default = kernel_then_shim_with("shared", 4, true, &[("UMIO_STATS", "0")]);
+    let stderr = String::from_utf8_lossy(&default.stderr);
+    assert!(!stderr.contains(started), "{stderr}");
+    let info = kernel_then_shim_with("shared", 4, true, &[("UMIO_LOG", "info")]);
+    let stderr = String::from_utf8_lossy(&info.stderr);
+    assert!(stderr.contains(started), "{stderr}");
+    let bad = kernel_then_shim_with("shared", 4, true, &[("UMIO_LOG", "loud")]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("UMIO_LOG is not off, error, warn, info or debug: loud"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(started), "{stderr}");
+}
+
 #[test]
 fn private_mappings_never_write_the_file() {
     let out = kernel_then_shim("private", 32, true);

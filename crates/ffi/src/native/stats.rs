@@ -136,7 +136,20 @@ pub struct umio_runtime_stats {
     pub huge_cache_bytes: u64,
     /// Mappings (regions) now.
     pub regions: u64,
+    /// The fault-latency histogram's sum of latencies in nanoseconds (a
+    /// fault's latency: from umio's read of its event to the end of its
+    /// handling, the thread woken).
+    pub fault_latency_sum_ns: u64,
+    /// The fault-latency histogram: `fault_latency[i]` counts faults served
+    /// in `[2^i, 2^(i+1))` nanoseconds; `fault_latency[0]` those under 2 ns
+    /// and the last bucket those of `2^(UMIO_LATENCY_BUCKETS - 1)` ns or
+    /// more.
+    pub fault_latency: [u64; UMIO_LATENCY_BUCKETS],
 }
+
+/// Buckets of `umio_runtime_stats.fault_latency`.
+pub const UMIO_LATENCY_BUCKETS: usize = 32;
+const _: () = assert!(UMIO_LATENCY_BUCKETS == umio_core::LATENCY_BUCKETS);
 
 // SAFETY: repr(C), `size` first, integers only.
 unsafe impl Extensible for umio_runtime_stats {}
@@ -168,6 +181,8 @@ impl umio_runtime_stats {
             huge_pool_bytes: s.huge_pool_bytes,
             huge_cache_bytes: s.huge_cache_bytes,
             regions: s.regions,
+            fault_latency_sum_ns: s.fault_latency.sum_ns,
+            fault_latency: s.fault_latency.buckets,
         }
     }
 }
