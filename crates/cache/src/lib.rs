@@ -63,6 +63,7 @@ pub use lru::Lru;
 pub use page_table::{Observed, PageState, PageTable};
 pub use policy::{
     Clock, EvictionPolicy, Fifo, PageKey, PageOracle, PageProbe, PolicyKind, QueuePolicy, Touch,
+    UnknownName,
 };
 pub use two_q::{TwoQ, TwoQConfig};
 

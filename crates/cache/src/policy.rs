@@ -182,6 +182,45 @@ impl PolicyKind {
     }
 }
 
+/// A name [`FromStr`](std::str::FromStr) does not know: the error of
+/// parsing a policy's name (here and in umio-core's `PrefetchKind` and
+/// `PromoteKind`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownName {
+    /// What was being named (`"eviction policy"`).
+    pub what: &'static str,
+    /// The name given.
+    pub name: String,
+    /// The names known, for the message (`"fifo, clock, lru or 2q"`).
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown {} {:?} (expected {})",
+            self.what, self.name, self.expected
+        )
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = UnknownName;
+
+    /// As [`PolicyKind::from_name`]:
+    /// `"lru".parse::<PolicyKind>()` is `Ok(PolicyKind::Lru)`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::from_name(s).ok_or_else(|| UnknownName {
+            what: "eviction policy",
+            name: s.to_string(),
+            expected: "fifo, clock, lru or 2q",
+        })
+    }
+}
+
 impl std::fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -344,6 +383,20 @@ impl<const SECOND_CHANCE: bool> EvictionPolicy for QueuePolicy<SECOND_CHANCE> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_kinds_parse_from_their_names() {
+        for kind in PolicyKind::ALL {
+            assert_eq!(kind.to_string().parse::<PolicyKind>(), Ok(kind));
+        }
+        assert_eq!(" LRU ".parse::<PolicyKind>(), Ok(PolicyKind::Lru));
+        let e = "arc".parse::<PolicyKind>().unwrap_err();
+        assert_eq!(e.name, "arc");
+        assert_eq!(
+            e.to_string(),
+            "unknown eviction policy \"arc\" (expected fifo, clock, lru or 2q)"
+        );
+    }
     use crate::PageTable;
 
     struct OneRegion(PageTable);

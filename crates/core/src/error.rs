@@ -3,8 +3,10 @@ use umio_backends::StoreError;
 /// Errors of umio's runtime and mappings.
 ///
 /// Each keeps the errno it stands for ([`Error::errno`]), which is what the
-/// C ABI reports.
+/// C ABI reports. New variants may be added in any release
+/// (`#[non_exhaustive]`): match with a wildcard arm, or on the errno.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An argument is out of range or inconsistent.
     #[error("invalid argument: {0}")]

@@ -11,6 +11,7 @@ mod fault;
 pub mod histogram;
 mod huge;
 mod mapping;
+mod parse;
 mod prefetch;
 mod progress;
 mod ranges;

@@ -199,3 +199,151 @@ region_counters! {
     /// Faults that made no progress (see [`Stats::no_progress_faults`]).
     no_progress_faults,
 }
+
+/// `n` bytes for people: `512 B`, `12.0 MiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+impl std::fmt::Display for Stats {
+    /// A compact summary, one topic a line:
+    ///
+    /// ```text
+    /// faults: 5120 (read misses 4096, write misses 0, first writes 1024, coalesced 0, resolved 0)
+    /// latency: 5120 faults: mean 21.3µs, p50 ≤ 32.768µs, p99 ≤ 131.072µs, max ≤ 1.048576ms
+    /// reads: 4096 store reads, 16.0 MiB, 0 prefetched pages, 0 errors
+    /// cache: 3.9 MiB resident of 4.0 MiB, 3072 evicted pages (1024 dirty), 2 regions
+    /// write-back: 40 writes, 4.0 MiB, 0 errors
+    /// ```
+    ///
+    /// with a `huge pages:` line when there were huge-page faults,
+    /// promotions or a huge-page pool, and a `no progress:` line when a
+    /// fault made none.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "faults: {} (read misses {}, write misses {}, first writes {}, coalesced {}, resolved {})",
+            self.faults,
+            self.read_misses,
+            self.write_misses,
+            self.wp_faults,
+            self.coalesced,
+            self.stale
+        )?;
+        writeln!(f, "latency: {}", self.fault_latency)?;
+        writeln!(
+            f,
+            "reads: {} store reads, {}, {} prefetched pages, {} errors",
+            self.store_reads,
+            bytes(self.bytes_read),
+            self.prefetched_pages,
+            self.read_errors
+        )?;
+        writeln!(
+            f,
+            "cache: {} resident of {}, {} evicted pages ({} dirty), {} regions",
+            bytes(self.resident_bytes),
+            bytes(self.cache_bytes),
+            self.evicted_pages,
+            self.evicted_dirty_pages,
+            self.regions
+        )?;
+        write!(
+            f,
+            "write-back: {} writes, {}, {} errors",
+            self.writeback_ops,
+            bytes(self.bytes_written),
+            self.write_errors
+        )?;
+        if self.huge_faults + self.promotions + self.huge_cache_bytes > 0 {
+            write!(
+                f,
+                "\nhuge pages: {} faults, {} promotions ({} done), {} of {} in the pool",
+                self.huge_faults,
+                self.promotions,
+                self.promotions_done,
+                bytes(self.huge_pool_bytes),
+                bytes(self.huge_cache_bytes)
+            )?;
+        }
+        if self.no_progress_faults > 0 {
+            write!(
+                f,
+                "\nno progress: {} faults ended by umio (see the log)",
+                self.no_progress_faults
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn display_is_a_compact_summary() {
+        let c = Counters::default();
+        c.faults.store(5, Relaxed);
+        c.read_misses.store(4, Relaxed);
+        c.wp_faults.store(1, Relaxed);
+        c.bytes_read.store(3 << 20, Relaxed);
+        c.evicted_pages.store(2, Relaxed);
+        for _ in 0..5 {
+            c.fault_latency.record(Duration::from_micros(3));
+        }
+        let s = c.snapshot(Gauges {
+            resident_bytes: 1 << 20,
+            huge_pool_bytes: 0,
+            cache_bytes: 4 << 20,
+            huge_cache_bytes: 0,
+            filler_windows: [0, 0],
+            regions: 1,
+        });
+        let text = s.to_string();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(
+            lines[0],
+            "faults: 5 (read misses 4, write misses 0, first writes 1, coalesced 0, resolved 0)"
+        );
+        assert!(
+            lines[1].starts_with("latency: 5 faults: mean 3.0µs, p50 ≤ 4.096µs"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2],
+            "reads: 0 store reads, 3.0 MiB, 0 prefetched pages, 0 errors"
+        );
+        assert_eq!(
+            lines[3],
+            "cache: 1.0 MiB resident of 4.0 MiB, 2 evicted pages (0 dirty), 1 regions"
+        );
+        assert_eq!(lines[4], "write-back: 0 writes, 0 B, 0 errors");
+        c.no_progress_faults.store(1, Relaxed);
+        let more = c.snapshot(Gauges {
+            resident_bytes: 0,
+            huge_pool_bytes: 0,
+            cache_bytes: 0,
+            huge_cache_bytes: 0,
+            filler_windows: [0, 0],
+            regions: 0,
+        });
+        assert!(
+            more.to_string()
+                .ends_with("no progress: 1 faults ended by umio (see the log)")
+        );
+    }
+}

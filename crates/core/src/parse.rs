@@ -1,0 +1,105 @@
+//! Policies by name: [`FromStr`] for [`PrefetchKind`] and [`PromoteKind`]
+//! (umio-cache's `PolicyKind` has its own), as command lines and
+//! configuration files give them.
+
+use std::str::FromStr;
+
+use umio_cache::UnknownName;
+
+use crate::{PrefetchKind, PromoteKind};
+
+/// Default largest window of a prefetch policy named without one.
+const DEFAULT_WINDOW: usize = 2 << 20;
+
+/// `4096`, `64k`, `2M`, `1G` (powers of 1024).
+fn size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+impl FromStr for PrefetchKind {
+    type Err = UnknownName;
+
+    /// `none`, `sequential` or `stride` (any case), optionally followed by
+    /// `:` and the largest window in bytes (`k`, `M`, `G` suffixes; 2 MiB
+    /// if absent): `"stride:8M".parse::<PrefetchKind>()` is
+    /// `Ok(PrefetchKind::Stride { max_window: 8 << 20 })`. `none` takes no
+    /// window.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let unknown = || UnknownName {
+            what: "prefetch policy",
+            name: s.to_string(),
+            expected: "none, sequential or stride, optionally with :<window bytes>",
+        };
+        let (name, window) = match s.split_once(':') {
+            Some((n, w)) => (n, Some(size(w).filter(|&w| w > 0).ok_or_else(unknown)?)),
+            None => (s, None),
+        };
+        let max_window = window.unwrap_or(DEFAULT_WINDOW);
+        match name.trim().to_ascii_lowercase().as_str() {
+            "none" if window.is_none() => Ok(PrefetchKind::None),
+            "sequential" => Ok(PrefetchKind::Sequential { max_window }),
+            "stride" => Ok(PrefetchKind::Stride { max_window }),
+            _ => Err(unknown()),
+        }
+    }
+}
+
+impl FromStr for PromoteKind {
+    type Err = UnknownName;
+
+    /// As [`PromoteKind::from_name`]: `never`, `always` or `sequential`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PromoteKind::from_name(s).ok_or_else(|| UnknownName {
+            what: "promotion policy",
+            name: s.to_string(),
+            expected: "never, always or sequential",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetch_kinds_parse() {
+        assert_eq!("none".parse(), Ok(PrefetchKind::None));
+        assert_eq!(
+            "Sequential".parse(),
+            Ok(PrefetchKind::Sequential {
+                max_window: 2 << 20
+            })
+        );
+        assert_eq!(
+            "stride:8M".parse(),
+            Ok(PrefetchKind::Stride {
+                max_window: 8 << 20
+            })
+        );
+        assert_eq!(
+            "sequential:65536".parse(),
+            Ok(PrefetchKind::Sequential { max_window: 65536 })
+        );
+        for bad in ["", "psychic", "none:1M", "stride:", "stride:0", "stride:x"] {
+            let e = bad.parse::<PrefetchKind>().unwrap_err();
+            assert_eq!(e.name, bad);
+            assert!(e.to_string().starts_with("unknown prefetch policy"), "{e}");
+        }
+    }
+
+    #[test]
+    fn promote_kinds_parse() {
+        for kind in PromoteKind::ALL {
+            assert_eq!(kind.name().parse(), Ok(kind));
+        }
+        assert_eq!("ALWAYS".parse(), Ok(PromoteKind::Always));
+        assert!("sometimes".parse::<PromoteKind>().is_err());
+    }
+}
