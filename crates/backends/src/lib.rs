@@ -12,6 +12,8 @@
 //!   where the file system supports it, drop-behind buffered I/O elsewhere.
 //!   What `Runtime::map_file` uses by default.
 //! - [`MemoryStore`]: a growable byte vector, for tests and scratch regions.
+//! - [`CopyOnWrite`]: a private view of another store: written pages go to
+//!   a scratch file, the store below is never written (`MAP_PRIVATE`).
 //! - [`CountingStore`]: wraps another store and counts its operations.
 //! - [`FaultyStore`]: wraps another store and fails operations on a
 //!   schedule, for reliability tests.
@@ -46,6 +48,7 @@
 //! ```
 
 mod counting;
+mod cow;
 mod dax;
 mod error;
 mod faulty;
@@ -60,6 +63,7 @@ mod uncached;
 mod uring;
 
 pub use counting::{CountingStore, StoreCounts};
+pub use cow::CopyOnWrite;
 pub use dax::{DaxStore, Persistence};
 pub use error::{StoreError, StoreOp};
 pub use faulty::{FaultTrigger, FaultyStore};

@@ -38,6 +38,8 @@ pub struct MapOptions {
     pub(crate) promoter: Option<Arc<dyn Promoter>>,
     /// `Some(on)`: [`MapOptions::page_cache`].
     pub(crate) page_cache: Option<bool>,
+    /// [`MapOptions::copy_on_write`].
+    pub(crate) copy_on_write: bool,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -55,6 +57,7 @@ impl std::fmt::Debug for MapOptions {
             .field("promote", &self.promote)
             .field("custom_promoter", &self.promoter.is_some())
             .field("page_cache", &self.page_cache)
+            .field("copy_on_write", &self.copy_on_write)
             .finish()
     }
 }
@@ -66,7 +69,13 @@ impl MapOptions {
         Self::default()
     }
 
-    /// Store offset of the first mapped byte: a multiple of 4096.
+    /// Store offset of the first mapped byte. Any offset: as memmap2 does,
+    /// umio maps from the offset rounded down to a multiple of 4096 and
+    /// presents the mapping from `offset` on ([`Mapping::as_ptr`] is then
+    /// not page-aligned, by `offset % 4096`; every byte offset a
+    /// [`Mapping`] takes counts from `offset`). The C API and the
+    /// `LD_PRELOAD` shim keep `mmap`'s rule (a multiple of 4096, else
+    /// `EINVAL`), as does [`fixed_address`](MapOptions::fixed_address).
     pub fn offset(mut self, offset: u64) -> Self {
         self.offset = offset;
         self
@@ -105,6 +114,46 @@ impl MapOptions {
     pub fn page_cache(mut self, on: bool) -> Self {
         self.page_cache = Some(on);
         self
+    }
+
+    /// A private, copy-on-write mapping, as `MAP_PRIVATE` (memmap2's
+    /// `map_copy`): writable, its writes never reach the store. Written
+    /// pages go to a nameless scratch file ([`umio_backends::CopyOnWrite`])
+    /// and are read from there ever after, also once evicted; flush writes
+    /// them there. The store may be read-only. See [`Runtime::map_copy`].
+    pub fn copy_on_write(mut self, on: bool) -> Self {
+        self.copy_on_write = on;
+        if on {
+            self.writable = true;
+        }
+        self
+    }
+
+    /// The options with the offset rounded down to 4096 and the length
+    /// grown by as much, and the bytes rounded off (see
+    /// [`offset`](MapOptions::offset)).
+    pub(crate) fn split_offset(&self) -> Result<(MapOptions, usize)> {
+        let skew = (self.offset % crate::MIN_PAGE_SIZE as u64) as usize;
+        let mut aligned = self.clone();
+        if skew == 0 {
+            return Ok((aligned, 0));
+        }
+        if self.fixed_address.is_some() {
+            return Err(Error::InvalidArgument(
+                "a fixed address needs an offset that is a multiple of 4096",
+            ));
+        }
+        aligned.offset -= skew as u64;
+        if let Some(len) = self.len {
+            if len == 0 {
+                return Err(Error::InvalidArgument("length must be greater than zero"));
+            }
+            aligned.len = Some(
+                len.checked_add(skew)
+                    .ok_or(Error::InvalidArgument("length too large"))?,
+            );
+        }
+        Ok((aligned, skew))
     }
 
     /// The store to map, for [`Runtime::map`].
@@ -315,6 +364,9 @@ impl MapOptions {
 pub struct Mapping {
     rt: Runtime,
     region: Arc<Region>,
+    /// Bytes of the region before the mapping's first byte: the offset's
+    /// remainder modulo 4096 (see [`MapOptions::offset`]).
+    skew: usize,
     /// False once the whole region is unmapped (by `unmap`, or by
     /// `unmap_range` calls that covered it all).
     live: AtomicBool,
@@ -345,18 +397,41 @@ impl Mapping {
         Mapping {
             rt,
             region,
+            skew: 0,
             live: AtomicBool::new(true),
         }
     }
 
+    /// The mapping starting `skew` bytes into its region.
+    pub(crate) fn with_skew(mut self, skew: usize) -> Mapping {
+        self.skew = skew;
+        self
+    }
+
+    /// A byte range of the mapping as a range of its region.
+    fn inner(&self, r: Range<usize>) -> Range<usize> {
+        r.start.saturating_add(self.skew)..r.end.saturating_add(self.skew)
+    }
+
+    /// As [`inner`](Mapping::inner), but a range from the mapping's first
+    /// byte starts at the region's (for operations on whole pages).
+    fn inner_from_page(&self, r: Range<usize>) -> Range<usize> {
+        let start = if r.start == 0 {
+            0
+        } else {
+            r.start.saturating_add(self.skew)
+        };
+        start..r.end.saturating_add(self.skew)
+    }
+
     /// First byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.region.base as *mut u8
+        (self.region.base + self.skew) as *mut u8
     }
 
     /// Mapped bytes.
     pub fn len(&self) -> usize {
-        self.region.len
+        self.region.len - self.skew
     }
 
     /// Always false: a mapping has at least one byte.
@@ -382,7 +457,7 @@ impl Mapping {
 
     /// Store offset of the first byte.
     pub fn offset(&self) -> u64 {
-        self.region.offset
+        self.region.offset + self.skew as u64
     }
 
     /// The mapped bytes (also `&*map`, through [`Deref`]).
@@ -399,7 +474,7 @@ impl Mapping {
         // (`unmap_range_shared`) is unsafe, forbidden while a slice lives.
         // umio fills pages atomically (UFFDIO_COPY) before a reader
         // proceeds, and `&self` excludes `&mut` access through this handle.
-        unsafe { std::slice::from_raw_parts(self.region.base as *const u8, self.region.len) }
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast_const(), self.len()) }
     }
 
     /// The mapped bytes, writable.
@@ -424,7 +499,7 @@ impl Mapping {
             return Err(Error::InvalidArgument("the mapping is read-only"));
         }
         // SAFETY: as in as_slice, and `&mut self` makes the slice exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.region.base as *mut u8, self.region.len) })
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) })
     }
 
     /// Writes dirty pages back and makes them durable (`fdatasync`). A
@@ -441,7 +516,7 @@ impl Mapping {
 
     /// Writes back the dirty pages overlapping `range` (bytes) and syncs.
     pub fn flush_range(&self, range: Range<usize>) -> Result<()> {
-        let pages = self.pages_covering(&range)?;
+        let pages = self.pages_covering(&self.inner(range))?;
         self.rt.shared().writeback(&self.region, pages)
     }
 
@@ -454,6 +529,27 @@ impl Mapping {
     /// Call it before reading the store behind a mapping by other means
     /// (`pread` of the mapped file); see [coherence](Mapping#coherence).
     pub fn write_back_range(&self, range: Range<usize>) -> Result<()> {
+        self.write_back_at(self.inner(range))
+    }
+
+    /// Starts making the mapping's changes durable and returns without
+    /// waiting for durability (memmap2's `flush_async`, `msync(MS_ASYNC)`):
+    /// the dirty pages are written to the store now, as by
+    /// [`write_back_range`](Mapping::write_back_range) over the whole
+    /// mapping, but the store is not synced: the data is then where a
+    /// `read(2)` of the file sees it, and the kernel makes it durable in
+    /// its own time (or at the next [`flush`](Mapping::flush), which also
+    /// syncs). A failed write leaves its pages dirty and is returned.
+    pub fn flush_async(&self) -> Result<()> {
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
+        self.write_back_at(0..self.region.len)
+    }
+
+    /// [`write_back_range`](Mapping::write_back_range) of a range of the
+    /// region.
+    fn write_back_at(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_within(&range)?;
         let shared = self.rt.shared();
         for part in self.mapped_parts(&pages) {
@@ -474,6 +570,12 @@ impl Mapping {
     /// (`pwrite` of the mapped file), or use [`write_at`](Mapping::write_at),
     /// which does both; see [coherence](Mapping#coherence).
     pub fn invalidate_range(&self, range: Range<usize>) -> Result<()> {
+        self.invalidate_at(self.inner(range))
+    }
+
+    /// [`invalidate_range`](Mapping::invalidate_range) of a range of the
+    /// region.
+    fn invalidate_at(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_within(&range)?;
         let shared = self.rt.shared();
         let parts = self.mapped_parts(&pages);
@@ -505,7 +607,7 @@ impl Mapping {
         let end = offset
             .checked_add(buf.len())
             .ok_or(Error::InvalidArgument("range outside the mapping"))?;
-        let range = offset..end;
+        let range = self.inner(offset..end);
         let pages = self.pages_within(&range)?;
         if buf.is_empty() {
             return Ok(());
@@ -516,11 +618,11 @@ impl Mapping {
         if self.region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }
-        self.write_back_range(range.clone())?;
+        self.write_back_at(range.clone())?;
         self.region
             .store
-            .write_at(self.region.offset + offset as u64, buf)?;
-        self.invalidate_range(range)
+            .write_at(self.region.offset + range.start as u64, buf)?;
+        self.invalidate_at(range)
     }
 
     /// Turns a writable mapping into a [`MappingMut`], a `&mut [u8]`
@@ -580,6 +682,7 @@ impl Mapping {
     }
 
     fn unmap_range_inner(&self, range: Range<usize>) -> Result<()> {
+        let range = self.inner_from_page(range);
         let ps = self.region.page_size;
         if range.start >= range.end
             || !range.start.is_multiple_of(ps)
@@ -613,7 +716,15 @@ impl Mapping {
         self.region
             .mapped_ranges()
             .iter()
-            .map(|r| self.region.valid_bytes(r.start, r.len()))
+            .map(|r| {
+                let bytes = self.region.valid_bytes(r.start, r.len());
+                // The bytes before the mapping's first are not its own.
+                if r.start == 0 {
+                    bytes - self.skew
+                } else {
+                    bytes
+                }
+            })
             .sum()
     }
 
@@ -622,6 +733,7 @@ impl Mapping {
     /// by a fixed mapping ([`MapOptions::fixed_address`]), and not
     /// unmapped.
     pub fn is_mapped_at(&self, offset: usize) -> bool {
+        let offset = offset.saturating_add(self.skew);
         if offset >= self.region.len || !self.live.load(Ordering::Acquire) {
             return false;
         }
@@ -642,7 +754,7 @@ impl Mapping {
     /// range (`read(2)` into a writable mapping), also store a byte to each
     /// of its pages first, since clean pages are write-protected.
     pub fn pin(&self, range: Range<usize>) -> Result<()> {
-        let pages = self.pages_covering(&range)?;
+        let pages = self.pages_covering(&self.inner(range))?;
         if pages.is_empty() {
             return Ok(());
         }
@@ -651,7 +763,7 @@ impl Mapping {
 
     /// Unpins the pages overlapping `range` (bytes).
     pub fn unpin(&self, range: Range<usize>) -> Result<()> {
-        let pages = self.pages_covering(&range)?;
+        let pages = self.pages_covering(&self.inner(range))?;
         self.rt.shared().unpin(&self.region, pages)
     }
 
@@ -678,6 +790,11 @@ impl Mapping {
     /// background and returns at once. Pages that do not fit in the cache
     /// evict older ones.
     pub fn prefetch(&self, range: Range<usize>) -> Result<()> {
+        self.prefetch_at(self.inner(range))
+    }
+
+    /// [`prefetch`](Mapping::prefetch) of a range of the region.
+    fn prefetch_at(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&range)?;
         if pages.is_empty() {
             return Ok(());
@@ -721,7 +838,7 @@ impl Mapping {
     pub fn prefetch_ranges(&self, ranges: &[Range<usize>]) -> Result<()> {
         let mut pages = ranges
             .iter()
-            .map(|r| self.pages_covering(r))
+            .map(|r| self.pages_covering(&self.inner(r.clone())))
             .collect::<Result<Vec<_>>>()?;
         pages.retain(|p| !p.is_empty());
         if pages.is_empty() {
@@ -754,9 +871,13 @@ impl Mapping {
     /// the end of the mapping (it discards whole pages); the others round
     /// the range out to whole pages.
     pub fn advise(&self, range: Range<usize>, advice: Advice) -> Result<()> {
+        let range = match advice {
+            Advice::DontNeed | Advice::Remove => self.inner_from_page(range),
+            _ => self.inner(range),
+        };
         let pages = self.pages_covering(&range)?;
         match advice {
-            Advice::WillNeed => self.prefetch(range),
+            Advice::WillNeed => self.prefetch_at(range),
             Advice::DontNeed => {
                 let ps = self.region.page_size;
                 if !range.start.is_multiple_of(ps)
@@ -774,7 +895,7 @@ impl Mapping {
                     .drop_pages(&self.region, pages)
                     .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
             }
-            Advice::PageOut => self.invalidate_range(range),
+            Advice::PageOut => self.invalidate_at(range),
             Advice::Remove => self.remove(range),
             Advice::Normal | Advice::Sequential | Advice::Random => {
                 self.region
@@ -836,6 +957,7 @@ impl Mapping {
     /// Whether the page holding byte `offset` is resident now (a cheap,
     /// racy answer: the page may be evicted or filled right after).
     pub fn is_resident(&self, offset: usize) -> bool {
+        let offset = offset.saturating_add(self.skew);
         offset < self.region.len
             && matches!(
                 self.region.pages.get(offset / self.region.page_size),
@@ -907,6 +1029,63 @@ impl Mapping {
             return Err(Error::NotMapped);
         }
         Ok(pages)
+    }
+}
+
+impl Runtime {
+    /// Maps a file privately, copy-on-write (memmap2's `map_copy`,
+    /// `MAP_PRIVATE`): as [`map_file`](Runtime::map_file) with
+    /// [`MapOptions::copy_on_write`]. The mapping is writable even over a
+    /// read-only file; its writes never reach the file.
+    pub fn map_copy(&self, file: &std::fs::File, opts: MapOptions) -> Result<Mapping> {
+        self.map_file(file, opts.copy_on_write(true))
+    }
+
+    /// The store a region of `opts` maps: `store`, or a copy-on-write view
+    /// of it ([`MapOptions::copy_on_write`]) covering the region rounded up
+    /// to whole pages. A copy-on-write view reports a length of at least
+    /// that, so `opts` gets the length the store gives it now if it has
+    /// none.
+    pub(crate) fn region_store(
+        &self,
+        store: Arc<dyn Store>,
+        opts: &mut MapOptions,
+    ) -> Result<Arc<dyn Store>> {
+        if !opts.copy_on_write {
+            return Ok(store);
+        }
+        let len = match opts.len {
+            Some(len) => len,
+            None => {
+                let rest = store
+                    .len()?
+                    .checked_sub(opts.offset)
+                    .ok_or(Error::InvalidArgument(
+                        "offset is past the end of the store",
+                    ))?;
+                let len = usize::try_from(rest)
+                    .map_err(|_| Error::InvalidArgument("length too large"))?;
+                opts.len = Some(len);
+                len
+            }
+        };
+        // Write-back writes whole pages: of the region's size, 2 MiB for
+        // huge pages.
+        let unit = opts
+            .page_size
+            .unwrap_or_else(|| self.page_size())
+            .max(crate::HUGE_PAGE_SIZE);
+        let len = len
+            .checked_next_multiple_of(unit)
+            .ok_or(Error::InvalidArgument("length too large"))?;
+        let cow = umio_backends::CopyOnWrite::new(Box::new(store), opts.offset, len as u64, None)
+            .map_err(|e| {
+            Error::os(
+                "creating the copy-on-write scratch file",
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )
+        })?;
+        Ok(Arc::new(cow))
     }
 }
 

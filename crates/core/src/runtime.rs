@@ -1383,8 +1383,10 @@ impl Runtime {
         let store = opts.store.clone().ok_or(Error::InvalidArgument(
             "no store given: use MapOptions::store or map_file",
         ))?;
+        let (mut opts, skew) = opts.split_offset()?;
+        let store = self.region_store(store, &mut opts)?;
         let region = self.inner.shared.map(store, &opts)?;
-        Ok(Mapping::new(self.clone(), region))
+        Ok(Mapping::new(self.clone(), region).with_skew(skew))
     }
 
     /// Refuses further maps; existing mappings keep working until they are

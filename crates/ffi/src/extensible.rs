@@ -168,10 +168,8 @@ mod tests {
         // SAFETY: readable.
         assert_eq!(unsafe { read(&raw const unset) }, Err(Errno(libc::EINVAL)));
         // SAFETY: NULL is allowed.
-        assert_eq!(
-            unsafe { read(std::ptr::null::<New>()) },
-            Err(Errno(libc::EINVAL))
-        );
+        let null = unsafe { read(std::ptr::null::<New>()) };
+        assert_eq!(null, Err(Errno(libc::EINVAL)));
     }
 
     #[test]

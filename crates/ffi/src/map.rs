@@ -145,6 +145,10 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         return Err(einval);
     }
     let offset = u64::try_from(req.offset).map_err(|_| einval)?;
+    // mmap's rule (umio-core itself takes any offset).
+    if !offset.is_multiple_of(MIN_PAGE_SIZE as u64) {
+        return Err(einval);
+    }
     if let Some(p) = req.page_size {
         config::check_page_size(p)?;
     }

@@ -21,8 +21,9 @@ use umio_backends::Store;
 use umio_core::{Advice, MapOptions, Mapping};
 
 use crate::runtime::{Errno, config, runtime};
-use crate::stores::{CopyOnWrite, SharedFile};
+use crate::stores::{SharedFile, copy_on_write};
 use crate::sys;
+use umio_backends::CopyOnWrite;
 
 const PAGE: usize = 4096;
 
@@ -356,7 +357,7 @@ pub(crate) fn map(
         let w = s.is_writable();
         (Arc::new(s), None, w)
     } else {
-        let c = Arc::new(CopyOnWrite::new(
+        let c = Arc::new(copy_on_write(
             &file,
             off as u64,
             len_r as u64,
@@ -903,7 +904,7 @@ pub(crate) fn remap(
     let rt = runtime()?;
     let (store, cow): (Arc<dyn Store>, _) = match &e.cow {
         Some(old_cow) => {
-            let c = Arc::new(CopyOnWrite::new(
+            let c = Arc::new(copy_on_write(
                 &e.file,
                 e.offset,
                 new_r as u64,
