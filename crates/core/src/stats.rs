@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::padded::CachePadded;
+
 /// What a [`Stats`] snapshot reads from the runtime besides its counters.
 pub(crate) struct Gauges {
     pub resident_bytes: u64,
@@ -16,9 +18,11 @@ pub(crate) struct Gauges {
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Each counter on its own cache line: fillers on different CPUs
+        /// bump several of them on every fault.
         #[derive(Default, Debug)]
         pub(crate) struct Counters {
-            $(pub $name: AtomicU64,)*
+            $(pub $name: CachePadded<AtomicU64>,)*
         }
 
         /// A snapshot of a runtime's counters, from its start.
@@ -145,9 +149,10 @@ counters! {
 
 macro_rules! region_counters {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Each counter on its own cache line, as [`Counters`].
         #[derive(Default, Debug)]
         pub(crate) struct RegionCounters {
-            $(pub $name: AtomicU64,)*
+            $(pub $name: CachePadded<AtomicU64>,)*
         }
 
         /// A snapshot of one region's counters, from its map.
