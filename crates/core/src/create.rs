@@ -15,7 +15,7 @@ use crate::config::{MIN_PAGE_SIZE, validate_page_size};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, free_huge_pages};
 use crate::mapping::{Fixed, MapOptions, Mapping};
-use crate::region::Region;
+use crate::region::{Region, RegionInit};
 use crate::runtime::Runtime;
 use crate::shared::Shared;
 use crate::sys::mm;
@@ -235,26 +235,26 @@ impl Region {
             return Err(Error::os("UFFDIO_REGISTER", e));
         }
         let id = shared.next_region_id();
-        let Some(mut region) = Region::new(
+        let huge = (promotable && base.is_multiple_of(HUGE_PAGE_SIZE))
+            .then(|| HugeState::new(len.div_ceil(page_size), page_size, promoter));
+        let Some(region) = Region::new(RegionInit {
             id,
             base,
             len,
             page_size,
-            opts.offset,
+            offset: opts.offset,
             store,
-            opts.writable,
-            prefetch,
-        ) else {
+            writable: opts.writable,
+            prefetcher: prefetch,
+            hugetlb,
+            huge_pool,
+            huge,
+        }) else {
             let _ = shared.uffd().unregister(base, span);
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("allocating the page table", libc::ENOMEM));
         };
-        region.hugetlb = hugetlb;
-        region.huge_pool = huge_pool;
-        if promotable && base.is_multiple_of(HUGE_PAGE_SIZE) {
-            region.huge = Some(HugeState::new(region.pages.len(), page_size, promoter));
-        }
         let region = Arc::new(region);
         shared.publish(&w, region.clone());
         drop(w);

@@ -278,11 +278,7 @@ impl Shared {
                 }
                 Err(e) => {
                     log::warn!("umio: write-back during eviction failed: {e}");
-                    let mut slot = region
-                        .deferred_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
-                    slot.get_or_insert(e);
+                    region.defer_error(e);
                     failed.extend(run.clone());
                 }
             }

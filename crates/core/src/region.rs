@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 use umio_backends::{Store, StoreError};
@@ -18,6 +18,11 @@ use crate::store_slots::StoreSlots;
 const CLOSING: usize = 1 << (usize::BITS - 1);
 
 /// A mapped region.
+///
+/// The `pub(crate)` fields are fixed by `Region::create` (`create.rs`) and
+/// never change; the state that does change is behind its own type's
+/// methods (`PageTable`, counters, `StoreSlots`, `HugeState`) or in the
+/// private fields below, changed only by the methods of this file.
 pub(crate) struct Region {
     pub id: u64,
     /// First address (aligned to the page size where that is a power of two).
@@ -39,11 +44,11 @@ pub(crate) struct Region {
     advice: ArcSwap<Vec<(Range<u64>, Advice)>>,
     /// The first write-back failure of background eviction, reported by the
     /// next flush.
-    pub deferred_error: Mutex<Option<StoreError>>,
+    deferred_error: Mutex<Option<StoreError>>,
     /// Page ranges unmapped by `unmap_range`; their pages are retired.
     holes: Mutex<Vec<Range<usize>>>,
     /// Serializes `unmap_range` calls on this region.
-    pub unmap_lock: Mutex<()>,
+    unmap_lock: Mutex<()>,
     pub stats: RegionCounters,
     /// Backed by hugetlbfs 2 MiB pages.
     pub hugetlb: bool,
@@ -55,6 +60,21 @@ pub(crate) struct Region {
     /// Fillers in the store on the fault path, bounded, and the misses
     /// queued for them.
     pub store_slots: StoreSlots,
+}
+
+/// What a region is made of: see [`Region`]'s fields of the same names.
+pub(crate) struct RegionInit {
+    pub id: u64,
+    pub base: usize,
+    pub len: usize,
+    pub page_size: usize,
+    pub offset: u64,
+    pub store: Arc<dyn Store>,
+    pub writable: bool,
+    pub prefetcher: Arc<dyn Prefetcher>,
+    pub hugetlb: bool,
+    pub huge_pool: bool,
+    pub huge: Option<HugeState>,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -69,28 +89,20 @@ impl Drop for RegionGuard<'_> {
 }
 
 impl Region {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: u64,
-        base: usize,
-        len: usize,
-        page_size: usize,
-        offset: u64,
-        store: Arc<dyn Store>,
-        writable: bool,
-        prefetcher: Arc<dyn Prefetcher>,
-    ) -> Option<Region> {
-        let npages = len.div_ceil(page_size);
+    /// The region, with no page resident; `None` if its page table cannot
+    /// be allocated.
+    pub fn new(init: RegionInit) -> Option<Region> {
+        let npages = init.len.div_ceil(init.page_size);
         Some(Region {
-            id,
-            base,
-            len,
-            page_size,
-            offset,
-            store,
-            writable,
+            id: init.id,
+            base: init.base,
+            len: init.len,
+            page_size: init.page_size,
+            offset: init.offset,
+            store: init.store,
+            writable: init.writable,
             pages: PageTable::try_new(npages)?,
-            prefetcher,
+            prefetcher: init.prefetcher,
             users: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
             advice: ArcSwap::from_pointee(Vec::new()),
@@ -98,11 +110,35 @@ impl Region {
             holes: Mutex::new(Vec::new()),
             unmap_lock: Mutex::new(()),
             stats: RegionCounters::default(),
-            hugetlb: false,
-            huge_pool: false,
-            huge: None,
+            hugetlb: init.hugetlb,
+            huge_pool: init.huge_pool,
+            huge: init.huge,
             store_slots: StoreSlots::default(),
         })
+    }
+
+    /// Keeps a write-back failure of background eviction for the next
+    /// flush (the first one only).
+    pub fn defer_error(&self, e: StoreError) {
+        self.deferred_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    }
+
+    /// The failure kept by [`defer_error`](Region::defer_error), if any,
+    /// taken.
+    pub fn take_deferred_error(&self) -> Option<StoreError> {
+        self.deferred_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Held while a page range of the region is taken out
+    /// (`Shared::take_pages`): one at a time.
+    pub fn serialize_unmaps(&self) -> MutexGuard<'_, ()> {
+        self.unmap_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     #[inline]

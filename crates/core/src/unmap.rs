@@ -82,7 +82,7 @@ impl Shared {
         pages: Range<usize>,
         release: bool,
     ) -> Result<()> {
-        let _serial = region.unmap_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = region.serialize_unmaps();
         if pages.is_empty() || region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }

@@ -94,11 +94,7 @@ impl Shared {
     /// Reports the first failure, including one from background eviction
     /// since the last flush; failed pages stay dirty.
     pub(crate) fn writeback(&self, region: &Region, pages: Range<usize>) -> Result<()> {
-        let mut first: Option<StoreError> = region
-            .deferred_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let mut first: Option<StoreError> = region.take_deferred_error();
         if let Err(e) = self.write_dirty(region, pages) {
             first.get_or_insert(e);
         }
