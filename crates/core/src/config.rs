@@ -113,6 +113,34 @@ fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// The environment variable `name` read by `parse` (given it trimmed):
+/// `None` if unset or empty, `InvalidArgument(bad)` if `parse` refuses it.
+fn env_parse<T>(
+    name: &str,
+    bad: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>> {
+    match env_var(name) {
+        None => Ok(None),
+        Some(v) => parse(v.trim()).map(Some).ok_or(Error::InvalidArgument(bad)),
+    }
+}
+
+/// [`env_parse`] with the message "`NAME` `what`".
+macro_rules! env_parse {
+    ($name:literal, $what:literal, $parse:expr) => {
+        env_parse($name, concat!($name, " ", $what), $parse)
+    };
+}
+
+fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
+    v.parse().ok()
+}
+
+fn parse_usize_size(v: &str) -> Option<usize> {
+    parse_size(v).and_then(|n| usize::try_from(n).ok())
+}
+
 impl Builder {
     /// Bound on the bytes of all regions' resident pages together. Default:
     /// a quarter of physical memory, at most 4 GiB.
@@ -285,44 +313,31 @@ impl Builder {
                 None => self = self.cache_bytes(parse_size(&v).ok_or(bad)?),
             }
         }
-        if let Some(v) = env_var("UMIO_HUGE_CACHE_BYTES") {
-            self.huge_cache_bytes = Some(parse_size(&v).ok_or(Error::InvalidArgument(
-                "UMIO_HUGE_CACHE_BYTES is not a size",
-            ))?);
+        if let Some(b) = env_parse!("UMIO_HUGE_CACHE_BYTES", "is not a size", parse_size)? {
+            self.huge_cache_bytes = Some(b);
         }
-        if let Some(v) = env_var("UMIO_PAGE_SIZE") {
-            self.page_size = parse_size(&v)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or(Error::InvalidArgument("UMIO_PAGE_SIZE is not a size"))?;
+        if let Some(b) = env_parse!("UMIO_PAGE_SIZE", "is not a size", parse_usize_size)? {
+            self.page_size = b;
         }
-        if let Some(v) = env_var("UMIO_FILLERS") {
-            self.fillers = v
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument("UMIO_FILLERS is not a number"))?;
+        if let Some(n) = env_parse!("UMIO_FILLERS", "is not a number", number)? {
+            self.fillers = n;
         }
-        if let Some(v) = env_var("UMIO_EVICTORS") {
-            self.evictors = v
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument("UMIO_EVICTORS is not a number"))?;
+        if let Some(n) = env_parse!("UMIO_EVICTORS", "is not a number", number)? {
+            self.evictors = n;
         }
-        if let Some(v) = env_var("UMIO_EVICT_HIGH_WATER") {
-            self.high_water = v
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument("UMIO_EVICT_HIGH_WATER is not a percentage"))?;
+        if let Some(p) = env_parse!("UMIO_EVICT_HIGH_WATER", "is not a percentage", number)? {
+            self.high_water = p;
         }
-        if let Some(v) = env_var("UMIO_EVICT_LOW_WATER") {
-            self.low_water = v
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument("UMIO_EVICT_LOW_WATER is not a percentage"))?;
+        if let Some(p) = env_parse!("UMIO_EVICT_LOW_WATER", "is not a percentage", number)? {
+            self.low_water = p;
         }
-        if let Some(v) = env_var("UMIO_EVICTION") {
-            self.policy = PolicySpec::Builtin(PolicyKind::from_name(&v).ok_or(
-                Error::InvalidArgument("UMIO_EVICTION must be fifo, clock, lru or 2q"),
-            )?);
+        let eviction = env_parse!(
+            "UMIO_EVICTION",
+            "must be fifo, clock, lru or 2q",
+            PolicyKind::from_name
+        );
+        if let Some(k) = eviction? {
+            self.policy = PolicySpec::Builtin(k);
         }
         if let Some(v) = env_var("UMIO_FILLER_SPIN_US") {
             self.filler_spin = if v.trim().eq_ignore_ascii_case("auto") {
@@ -348,23 +363,22 @@ impl Builder {
                 }
             }
         };
-        let window = match env_var("UMIO_READAHEAD") {
-            Some(v) => Some(
-                parse_size(&v)
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or(Error::InvalidArgument("UMIO_READAHEAD is not a size"))?,
-            ),
-            None => None,
-        };
-        if let Some(v) = env_var("UMIO_PROMOTE") {
-            self.promote = PromoteKind::from_name(&v).ok_or(Error::InvalidArgument(
-                "UMIO_PROMOTE must be never, always or sequential",
-            ))?;
+        let window = env_parse!("UMIO_READAHEAD", "is not a size", parse_usize_size)?;
+        let promote = env_parse!(
+            "UMIO_PROMOTE",
+            "must be never, always or sequential",
+            PromoteKind::from_name
+        );
+        if let Some(k) = promote? {
+            self.promote = k;
         }
-        if let Some(v) = env_var("UMIO_UFFD_MODE") {
-            self.uffd_mode = UffdMode::from_name(&v).ok_or(Error::InvalidArgument(
-                "UMIO_UFFD_MODE must be auto, full or user",
-            ))?;
+        let mode = env_parse!(
+            "UMIO_UFFD_MODE",
+            "must be auto, full or user",
+            UffdMode::from_name
+        );
+        if let Some(m) = mode? {
+            self.uffd_mode = m;
         }
         if kind.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {

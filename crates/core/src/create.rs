@@ -15,7 +15,7 @@ use crate::config::{MIN_PAGE_SIZE, validate_page_size};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, free_huge_pages};
 use crate::mapping::{Fixed, MapOptions, Mapping};
-use crate::region::{Region, RegionInit};
+use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
 use crate::sys::mm;
@@ -237,24 +237,22 @@ impl Region {
         let id = shared.next_region_id();
         let huge = (promotable && base.is_multiple_of(HUGE_PAGE_SIZE))
             .then(|| HugeState::new(len.div_ceil(page_size), page_size, promoter));
-        let Some(region) = Region::new(RegionInit {
+        let Some(region) = Region::new(
             id,
             base,
             len,
             page_size,
-            offset: opts.offset,
+            opts.offset,
             store,
-            writable: opts.writable,
-            prefetcher: prefetch,
-            hugetlb,
-            huge_pool,
-            huge,
-        }) else {
+            opts.writable,
+            prefetch,
+        ) else {
             let _ = shared.uffd().unregister(base, span);
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("allocating the page table", libc::ENOMEM));
         };
+        let region = region.with_huge(hugetlb, huge_pool, huge);
         let region = Arc::new(region);
         shared.publish(&w, region.clone());
         drop(w);

@@ -62,21 +62,6 @@ pub(crate) struct Region {
     pub store_slots: StoreSlots,
 }
 
-/// What a region is made of: see [`Region`]'s fields of the same names.
-pub(crate) struct RegionInit {
-    pub id: u64,
-    pub base: usize,
-    pub len: usize,
-    pub page_size: usize,
-    pub offset: u64,
-    pub store: Arc<dyn Store>,
-    pub writable: bool,
-    pub prefetcher: Arc<dyn Prefetcher>,
-    pub hugetlb: bool,
-    pub huge_pool: bool,
-    pub huge: Option<HugeState>,
-}
-
 /// Proof that a thread is working on a region; unmapping waits for it.
 pub(crate) struct RegionGuard<'a> {
     region: &'a Region,
@@ -89,20 +74,31 @@ impl Drop for RegionGuard<'_> {
 }
 
 impl Region {
-    /// The region, with no page resident; `None` if its page table cannot
-    /// be allocated.
-    pub fn new(init: RegionInit) -> Option<Region> {
-        let npages = init.len.div_ceil(init.page_size);
+    /// The region, with no page resident, in the regular pool and without
+    /// huge pages (see [`with_huge`](Region::with_huge)); `None` if its page
+    /// table cannot be allocated.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: u64,
+        base: usize,
+        len: usize,
+        page_size: usize,
+        offset: u64,
+        store: Arc<dyn Store>,
+        writable: bool,
+        prefetcher: Arc<dyn Prefetcher>,
+    ) -> Option<Region> {
+        let npages = len.div_ceil(page_size);
         Some(Region {
-            id: init.id,
-            base: init.base,
-            len: init.len,
-            page_size: init.page_size,
-            offset: init.offset,
-            store: init.store,
-            writable: init.writable,
+            id,
+            base,
+            len,
+            page_size,
+            offset,
+            store,
+            writable,
             pages: PageTable::try_new(npages)?,
-            prefetcher: init.prefetcher,
+            prefetcher,
             users: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
             advice: ArcSwap::from_pointee(Vec::new()),
@@ -110,11 +106,22 @@ impl Region {
             holes: Mutex::new(Vec::new()),
             unmap_lock: Mutex::new(()),
             stats: RegionCounters::default(),
-            hugetlb: init.hugetlb,
-            huge_pool: init.huge_pool,
-            huge: init.huge,
+            hugetlb: false,
+            huge_pool: false,
+            huge: None,
             store_slots: StoreSlots::default(),
         })
+    }
+
+    /// The region backed by hugetlbfs pages or not, cached in the huge-page
+    /// pool or not, with promotion state or not; before it is shared.
+    pub fn with_huge(self, hugetlb: bool, huge_pool: bool, huge: Option<HugeState>) -> Region {
+        Region {
+            hugetlb,
+            huge_pool,
+            huge,
+            ..self
+        }
     }
 
     /// Keeps a write-back failure of background eviction for the next
