@@ -9,8 +9,7 @@
 //! `cargo bench --bench fault_latency` (root: userfaultfd in full mode; about
 //! half a minute). `examples/fault_path.rs` breaks one fault into steps.
 
-#[path = "../examples/common/bench.rs"]
-mod bench;
+use umio_bench::bench;
 
 use std::time::Duration;
 

@@ -2,12 +2,11 @@
 //! alongside, and on a cold sequential scan; every umio policy side by side
 //! with Linux `mmap` under a cgroup v1 memory limit of the cache's size.
 //! The data file is on `/dev/shm` (tmpfs); see
-//! `examples/common/policy_workload.rs` for the workload and how the mmap
+//! `crates/bench/src/policy_workload.rs` for the workload and how the mmap
 //! runs are bounded. `cargo bench --bench policies` (root: userfaultfd,
 //! cgroups, a loop mount); about half a minute.
 
-#[path = "../examples/common/policy_workload.rs"]
-mod policy_workload;
+use umio_bench::policy_workload;
 
 use policy_workload::{Params, print_table, run_all};
 

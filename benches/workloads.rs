@@ -16,12 +16,11 @@
 //! Linux through its page cache with the whole process in a cgroup v1
 //! memory limit of the same size. Without root or cgroup v1 the bounded
 //! `mmap` runs are skipped (the reason is printed) and umio reads tmpfs;
-//! see `examples/common/bench.rs`.
+//! see `crates/bench/src/bench.rs`.
 //!
 //! `cargo bench --bench workloads` (root; a few minutes).
 
-#[path = "../examples/common/bench.rs"]
-mod bench;
+use umio_bench::bench;
 
 use std::cell::Cell;
 use std::time::Duration;

@@ -25,8 +25,7 @@
 //! 2 MiB fill units, and hugetlbfs 2 MiB pages (the pool is raised and
 //! restored). Root is needed; rows that cannot run say why.
 
-#[path = "common/policy_workload.rs"]
-mod policy_workload;
+use umio_bench::policy_workload;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

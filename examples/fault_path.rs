@@ -7,10 +7,8 @@
 //! `cargo run --release --example fault_path [faults]` (root: userfaultfd
 //! in full mode, a loop mount for the major-fault row; a few seconds).
 
-#[path = "common/bench.rs"]
-mod bench;
-#[path = "common/fault_path.rs"]
-mod fault_path;
+use umio_bench::bench;
+use umio_bench::fault_path;
 
 fn main() {
     let faults = std::env::args()

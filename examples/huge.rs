@@ -19,8 +19,7 @@
 //! exit; the cgroup and the loop device). Without them the rows that need
 //! them are skipped, saying why.
 
-#[path = "common/policy_workload.rs"]
-mod policy_workload;
+use umio_bench::policy_workload;
 
 use std::fs::File;
 use std::sync::Arc;

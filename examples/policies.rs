@@ -15,11 +15,10 @@
 //! 0.9 where FIFO does not, and exits with an error otherwise.
 //!
 //! Needs root: userfaultfd, and for the mmap row a cgroup, a loop device
-//! and a mount (see `examples/common/policy_workload.rs`); without them the
+//! and a mount (see `crates/bench/src/policy_workload.rs`); without them the
 //! mmap row is skipped.
 
-#[path = "common/policy_workload.rs"]
-mod policy_workload;
+use umio_bench::policy_workload;
 
 use std::process::ExitCode;
 

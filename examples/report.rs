@@ -8,12 +8,9 @@
 //! `mmap` runs; about two minutes). Without root or cgroup v1 the bounded
 //! runs are skipped and the report says why.
 
-#[path = "common/bench.rs"]
-mod bench;
-#[path = "common/fault_path.rs"]
-mod fault_path;
-#[path = "common/svg.rs"]
-mod svg;
+use umio_bench::bench;
+use umio_bench::fault_path;
+use umio_bench::svg;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

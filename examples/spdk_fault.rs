@@ -16,10 +16,8 @@
 //! each sees the same machine. A second table times the stores' own
 //! 4 KiB reads at queue depth 1, without faults: the device's share.
 
-#[path = "common/bench.rs"]
-mod bench;
-#[path = "common/fault_path.rs"]
-mod fault_path;
+use umio_bench::bench;
+use umio_bench::fault_path;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -257,7 +255,7 @@ fn fault_row(store: &Arc<dyn Store>, len: usize, faults: usize) -> Result<(PathR
         .trace_faults(true)
         .build()?;
     let map = rt.map(MapOptions::new().len(len).store(store.clone()))?;
-    fault_path::traced_faults(&rt, map.as_ptr(), faults, fault_path::WARMUP, "store read")
+    fault_path::traced_faults(&rt, &map, faults, fault_path::WARMUP, "store read")
 }
 
 /// Cycles of `n` 4 KiB reads at queue depth 1, one per 64 KiB, sorted.

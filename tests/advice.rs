@@ -73,40 +73,40 @@ fn rw(path: &std::path::Path) -> File {
 
 #[test]
 fn advice_matches_madvise_on_a_shared_file_mapping() {
-    // (name, umio's advice, the kernel's, ranges)
-    let table: &[(&str, Advice, i32, &[Range<usize>])] = &[
+    // (name, umio's advice, the kernel's, range)
+    let table: &[(&str, Advice, i32, Range<usize>)] = &[
         (
             "remove whole pages",
             Advice::Remove,
             libc::MADV_REMOVE,
-            &[2 * PAGE..4 * PAGE],
+            2 * PAGE..4 * PAGE,
         ),
         (
             "remove 4 KiB inside a page",
             Advice::Remove,
             libc::MADV_REMOVE,
-            &[5 * PAGE + K4..5 * PAGE + 3 * K4],
+            5 * PAGE + K4..5 * PAGE + 3 * K4,
         ),
         (
             "remove across pages",
             Advice::Remove,
             libc::MADV_REMOVE,
-            &[7 * PAGE - K4..8 * PAGE + K4],
+            7 * PAGE - K4..8 * PAGE + K4,
         ),
-        ("pageout", Advice::PageOut, libc::MADV_PAGEOUT, &[0..LEN]),
-        ("cold", Advice::PageOut, libc::MADV_COLD, &[PAGE..3 * PAGE]),
-        ("willneed", Advice::WillNeed, libc::MADV_WILLNEED, &[0..LEN]),
+        ("pageout", Advice::PageOut, libc::MADV_PAGEOUT, 0..LEN),
+        ("cold", Advice::PageOut, libc::MADV_COLD, PAGE..3 * PAGE),
+        ("willneed", Advice::WillNeed, libc::MADV_WILLNEED, 0..LEN),
         (
             "sequential",
             Advice::Sequential,
             libc::MADV_SEQUENTIAL,
-            &[0..LEN],
+            0..LEN,
         ),
-        ("random", Advice::Random, libc::MADV_RANDOM, &[0..LEN]),
-        ("normal", Advice::Normal, libc::MADV_NORMAL, &[0..LEN]),
+        ("random", Advice::Random, libc::MADV_RANDOM, 0..LEN),
+        ("normal", Advice::Normal, libc::MADV_NORMAL, 0..LEN),
     ];
     let rt = common::runtime(8 * PAGE as u64, PAGE, 2);
-    for (i, (name, advice, madv, ranges)) in table.iter().enumerate() {
+    for (i, (name, advice, madv, range)) in table.iter().enumerate() {
         let data = random_bytes(LEN, i as u64);
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let (kpath, upath) = (dir.path().join("k"), dir.path().join("u"));
@@ -127,11 +127,9 @@ fn advice_matches_madvise_on_a_shared_file_mapping() {
             k.bytes()[*at..at + len].copy_from_slice(&b);
             u.as_mut_slice()[*at..at + len].copy_from_slice(&b);
         }
-        for r in ranges.iter() {
-            k.advise(r, *madv);
-            u.advise(r.clone(), *advice)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-        }
+        k.advise(range, *madv);
+        u.advise(range.clone(), *advice)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         common::assert_same(u.as_slice(), k.bytes(), &format!("{name}: the mappings"));
         // SAFETY: our mapping.
         assert_eq!(unsafe { libc::msync(k.ptr.cast(), LEN, libc::MS_SYNC) }, 0);
@@ -142,12 +140,13 @@ fn advice_matches_madvise_on_a_shared_file_mapping() {
         );
         common::assert_same(&ufile, &kfile, &format!("{name}: the files"));
         if *advice == Advice::Remove {
-            for r in ranges.iter() {
-                assert!(ufile[r.clone()].iter().all(|&b| b == 0), "{name}: zeros");
-            }
+            assert!(
+                ufile[range.clone()].iter().all(|&b| b == 0),
+                "{name}: zeros"
+            );
         }
         if *advice == Advice::PageOut {
-            let first = ranges[0].start / PAGE;
+            let first = range.start / PAGE;
             assert!(!u.is_resident(first * PAGE), "{name}: evicted");
         }
     }

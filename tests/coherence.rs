@@ -122,7 +122,7 @@ fn holes_bad_ranges_and_read_only_stores() {
     let data = random_bytes(LEN, 9);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
     map.unmap_range(4 * PAGE..6 * PAGE).unwrap();
     map.invalidate_range(0..LEN).unwrap();
     map.write_back_range(0..LEN).unwrap();

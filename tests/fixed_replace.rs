@@ -82,7 +82,7 @@ fn fixed_map_inside_an_older_one_replaces_that_part() {
         let (_ta, a) = rw_file_with(&a_data);
         let (_tb, b) = rw_file_with(&b_data);
         let rt = runtime();
-        let old = map_big(&rt, &a, 32 * BIG);
+        let mut old = map_big(&rt, &a, 32 * BIG);
         let base = old.as_ptr() as usize;
         // Dirty pages outside and inside the range about to be replaced.
         write_byte(base + 2 * BIG + 7, 0xA1);

@@ -203,7 +203,7 @@ fn unmap_range_unmaps_the_range_writes_it_back_and_keeps_the_rest() {
 fn unmap_range_checks_alignment() {
     let (_tmp, file) = file_with(&pattern(10 * PAGE + 100, 5));
     let rt = runtime(32);
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
     for r in [1..PAGE, 0..PAGE + 1, PAGE..PAGE, 0..11 * PAGE] {
         let e = map.unmap_range(r.clone()).unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{r:?}: {e}");

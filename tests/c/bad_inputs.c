@@ -26,7 +26,7 @@ static int prot_none(void) { return map_rc(umap(NULL, LEN, PROT_NONE, UMAP_PRIVA
 static int prot_exec(void) { return map_rc(umap(NULL, LEN, PROT_READ | PROT_EXEC, UMAP_PRIVATE, fd_rw, 0)); }
 static int flags_none(void) { return map_rc(umap(NULL, LEN, PROT_READ, 0, fd_rw, 0)); }
 static int flags_both(void) { return map_rc(umap(NULL, LEN, PROT_READ, MAP_PRIVATE | MAP_SHARED, fd_rw, 0)); }
-static int flags_unknown(void) { return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE | MAP_POPULATE, fd_rw, 0)); }
+static int flags_unknown(void) { return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE | MAP_GROWSDOWN, fd_rw, 0)); }
 static int write_on_read_only_fd(void) {
   return map_rc(umap(NULL, LEN, PROT_READ | PROT_WRITE, UMAP_PRIVATE, fd_ro, 0));
 }
@@ -223,7 +223,7 @@ static const struct {
     {"umap: length 2^62 (half the address space)", length_over_half_the_address_space, EINVAL},
     {"umio_map: length 0, offset past the end", offset_past_end_len_zero, EINVAL},
     {"umap: MAP_FIXED_NOREPLACE straddling a region", fixed_noreplace_straddling_a_region, EEXIST},
-    {"umio_map: unknown flag MAP_ANONYMOUS", umio_map_flags_unknown, EINVAL},
+    {"umio_map: MAP_ANONYMOUS with a descriptor", umio_map_flags_unknown, EINVAL},
     {"uunmap: NULL", uunmap_null, EINVAL},
     {"uunmap: never mapped", uunmap_never_mapped, EINVAL},
     {"uunmap: length 0", uunmap_len_zero, EINVAL},

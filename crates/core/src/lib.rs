@@ -41,7 +41,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use kernel::{KernelFeatures, UffdMode, kernel_features};
-pub use mapping::{MapOptions, Mapping};
+pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };

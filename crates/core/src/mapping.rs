@@ -1,6 +1,6 @@
 //! `Mapping`: the RAII handle of a mapped region.
 
-use std::ops::Range;
+use std::ops::{Deref, DerefMut, Range};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -215,12 +215,61 @@ impl MapOptions {
 /// Dropping it writes back dirty pages and unmaps it; errors are logged.
 /// Call [`unmap`](Mapping::unmap) to get them.
 ///
+/// A `Mapping` is a byte slice: it implements `Deref<Target = [u8]>` and
+/// `AsRef<[u8]>`, so functions taking `&[u8]` take `&map` directly. For
+/// `&mut [u8]` ([`DerefMut`](std::ops::DerefMut), [`AsMut`]) turn a
+/// writable mapping into a [`MappingMut`] with
+/// [`into_mut`](Mapping::into_mut), or borrow with
+/// [`as_mut_slice`](Mapping::as_mut_slice).
+///
 /// # Aliasing
-/// [`as_slice`](Mapping::as_slice) and [`as_mut_slice`](Mapping::as_mut_slice)
-/// borrow the mapping, so safe Rust cannot unmap it or write to it while a
-/// slice lives, and cannot hold a shared and a mutable slice at once. The
-/// bytes are those of the store when umio reads them. Pointers from
-/// [`as_ptr`](Mapping::as_ptr) are valid until the mapping is unmapped.
+/// Slices ([`as_slice`](Mapping::as_slice), `&*map`,
+/// [`as_mut_slice`](Mapping::as_mut_slice)) borrow the mapping, and every
+/// operation that unmaps memory takes it by `&mut self`
+/// ([`unmap_range`](Mapping::unmap_range)) or by value
+/// ([`unmap`](Mapping::unmap), drop), so safe Rust cannot hold a slice over
+/// memory that is unmapped under it, nor a shared and a mutable slice at
+/// once. The borrow checker rejects a slice held across `unmap_range`:
+///
+/// ```compile_fail,E0502
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::File::open("data.bin").unwrap();
+/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// let bytes: &[u8] = map.as_slice();
+/// map.unmap_range(0..map.page_size())?; // `map` is borrowed by `bytes`
+/// println!("{}", bytes[0]);
+/// # Ok(()) }
+/// ```
+///
+/// while a slice that ends before the unmap is fine:
+///
+/// ```no_run
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::File::open("data.bin").unwrap();
+/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// let first = map[0];
+/// map.unmap_range(0..map.page_size())?;
+/// # let _ = first;
+/// # Ok(()) }
+/// ```
+///
+/// Handles shared between threads (`Arc<Mapping>`) that never borrow the
+/// bytes as slices, such as those of the C API, unmap part of a mapping
+/// with [`unmap_range_shared`](Mapping::unmap_range_shared), which is
+/// `unsafe` for that reason.
+///
+/// What a slice reads may change while it lives, but never becomes
+/// unmapped memory: the operations that drop pages
+/// ([`invalidate_range`](Mapping::invalidate_range),
+/// [`write_at`](Mapping::write_at), [`Advice::DontNeed`],
+/// [`Advice::PageOut`], [`Advice::Remove`]) and eviction leave the range
+/// mapped, and its next read fetches the page from the store again, which
+/// shows what the store holds then: as with a file that another process
+/// writes under a kernel `mmap`. The bytes are those of the store when
+/// umio reads them. Pointers from [`as_ptr`](Mapping::as_ptr) are valid
+/// until the range is unmapped.
 ///
 /// # Coherence
 /// A kernel `mmap` of a file is coherent with `read(2)` and `write(2)`
@@ -259,7 +308,9 @@ pub struct Mapping {
 // SAFETY: the region's memory is shared by design (like a `Vec<u8>` behind
 // `&`/`&mut` borrows); all bookkeeping in `Region` is atomic or locked.
 unsafe impl Send for Mapping {}
-// SAFETY: as above; `&Mapping` gives only shared reads of the bytes.
+// SAFETY: as above; `&Mapping` gives only shared reads of the bytes, and
+// the one `&self` method that unmaps memory (`unmap_range_shared`) is
+// `unsafe`, its caller promising that no slice of the mapping lives.
 unsafe impl Sync for Mapping {}
 
 impl std::fmt::Debug for Mapping {
@@ -312,16 +363,19 @@ impl Mapping {
         self.region.offset
     }
 
-    /// The mapped bytes.
+    /// The mapped bytes (also `&*map`, through [`Deref`]).
     ///
     /// # Panics
     /// If part of the mapping was unmapped with
-    /// [`unmap_range`](Mapping::unmap_range): the slice would cover
-    /// unmapped memory.
+    /// [`unmap_range`](Mapping::unmap_range), or all of it: the slice would
+    /// cover unmapped memory.
     pub fn as_slice(&self) -> &[u8] {
         self.assert_whole();
-        // SAFETY: [base, base+len) is mapped readable for the life of
-        // self; umio fills pages atomically (UFFDIO_COPY) before a reader
+        // SAFETY: [base, base+len) is mapped readable (checked just above),
+        // and stays so while the slice borrows `self`: every safe operation
+        // that unmaps takes `&mut self` or `self`, and the `&self` one
+        // (`unmap_range_shared`) is unsafe, forbidden while a slice lives.
+        // umio fills pages atomically (UFFDIO_COPY) before a reader
         // proceeds, and `&self` excludes `&mut` access through this handle.
         unsafe { std::slice::from_raw_parts(self.region.base as *const u8, self.region.len) }
     }
@@ -341,7 +395,7 @@ impl Mapping {
     /// The mapped bytes, writable; an error if the mapping is read-only
     /// ([`Error::InvalidArgument`]) or partly unmapped ([`Error::NotMapped`]).
     pub fn try_as_mut_slice(&mut self) -> Result<&mut [u8]> {
-        if self.mapped_bytes() != self.region.len {
+        if !self.is_whole() {
             return Err(Error::NotMapped);
         }
         if !self.region.writable {
@@ -447,6 +501,18 @@ impl Mapping {
         self.invalidate_range(range)
     }
 
+    /// Turns a writable mapping into a [`MappingMut`], a `&mut [u8]`
+    /// ([`DerefMut`], [`AsMut`]). Gives the mapping back unchanged if it is
+    /// read-only or partly unmapped: the check is made here, once, so that
+    /// a `MappingMut` derefs mutably without a way to fail.
+    pub fn into_mut(self) -> std::result::Result<MappingMut, Mapping> {
+        if self.region.writable && self.is_whole() {
+            Ok(MappingMut(self))
+        } else {
+            Err(self)
+        }
+    }
+
     /// Writes back, unmaps, and returns the write-back's error if any. The
     /// region is unmapped either way.
     pub fn unmap(self) -> Result<()> {
@@ -463,7 +529,35 @@ impl Mapping {
     /// whole or in part, is [`Error::NotMapped`]. Unmapping the last mapped
     /// pages unmaps the whole region; dropping the `Mapping` then does
     /// nothing more.
-    pub fn unmap_range(&self, range: Range<usize>) -> Result<()> {
+    ///
+    /// It takes `&mut self` so that no slice of the mapping can outlive the
+    /// memory it covers (see [aliasing](Mapping#aliasing)); afterwards
+    /// [`as_slice`](Mapping::as_slice) and deref panic, since the mapping
+    /// has a hole.
+    pub fn unmap_range(&mut self, range: Range<usize>) -> Result<()> {
+        self.unmap_range_inner(range)
+    }
+
+    /// [`unmap_range`](Mapping::unmap_range) through a shared handle, for
+    /// mappings shared between threads (`Arc<Mapping>`) whose users reach
+    /// the bytes through raw pointers only ([`as_ptr`](Mapping::as_ptr)),
+    /// as a C program does with `munmap`: the C API and the `LD_PRELOAD`
+    /// shim unmap this way.
+    ///
+    /// # Safety
+    /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref,
+    /// [`as_mut_slice`](Mapping::as_mut_slice)) may be alive, in any thread,
+    /// while the call runs or afterwards over the range unmapped; nor may
+    /// any reference be made from a pointer into the range once it is
+    /// unmapped. Raw-pointer accesses to the range racing with the call are
+    /// the caller's error as they are with `munmap` (they may fault, or
+    /// reach whatever is mapped there next), but not to the rest of the
+    /// mapping, which stays mapped and served.
+    pub unsafe fn unmap_range_shared(&self, range: Range<usize>) -> Result<()> {
+        self.unmap_range_inner(range)
+    }
+
+    fn unmap_range_inner(&self, range: Range<usize>) -> Result<()> {
         let ps = self.region.page_size;
         if range.start >= range.end
             || !range.start.is_multiple_of(ps)
@@ -544,10 +638,17 @@ impl Mapping {
         self.region.stats.snapshot()
     }
 
+    /// Whether every byte is mapped still: live and no hole. One
+    /// uncontended lock, no allocation (it runs on every deref).
+    fn is_whole(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+            && !self.region.intersects_hole(&(0..self.region.pages.len()))
+    }
+
     fn assert_whole(&self) {
         assert!(
-            self.mapped_bytes() == self.region.len,
-            "as_slice on a umio mapping that is partly unmapped"
+            self.is_whole(),
+            "a slice of a umio mapping that is partly or wholly unmapped"
         );
     }
 
@@ -782,5 +883,123 @@ impl Drop for Mapping {
         {
             log::error!("umio: unmapping on drop: {e}");
         }
+    }
+}
+
+/// The bytes of the mapping; `map[i]`, `&map[a..b]` and `&*map` work as on
+/// a slice, and functions taking `&[u8]` or `impl AsRef<[u8]>` take a
+/// `&Mapping`.
+///
+/// # Panics
+/// As [`Mapping::as_slice`]: if the mapping was partly or wholly unmapped
+/// with [`unmap_range`](Mapping::unmap_range). Each deref checks this (one
+/// uncontended lock): in a hot loop, take the slice once.
+impl Deref for Mapping {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// As [`Deref`], with the same panics.
+impl AsRef<[u8]> for Mapping {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// A writable [`Mapping`] as a mutable byte slice: [`DerefMut`] and
+/// [`AsMut`], from [`Mapping::into_mut`].
+///
+/// A read-only `Mapping` has no `DerefMut`, so writing to it is a compile
+/// error rather than a runtime panic:
+///
+/// ```compile_fail,E0596
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::File::open("data.bin").unwrap();
+/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// map[0] = 1; // `Mapping` is `Deref` only
+/// # Ok(()) }
+/// ```
+///
+/// ```no_run
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
+/// let map = rt.map_file(&file, umio_core::MapOptions::new().writable(true))?;
+/// let mut map = map.into_mut().expect("a writable mapping");
+/// map[0] = 1;
+/// map[1..].fill(7);
+/// map.mapping().flush()?;
+/// # Ok(()) }
+/// ```
+///
+/// It is whole and writable for its whole life: it gives the
+/// [`Mapping`]'s `&self` methods through [`mapping`](MappingMut::mapping)
+/// but not `&mut Mapping`, so [`unmap_range`](Mapping::unmap_range) needs
+/// [`into_mapping`](MappingMut::into_mapping) first. Dropping it unmaps, as
+/// dropping a `Mapping` does.
+pub struct MappingMut(Mapping);
+
+impl MappingMut {
+    /// The mapping, for its `&self` methods (flush, advice, prefetch,
+    /// counters).
+    pub fn mapping(&self) -> &Mapping {
+        &self.0
+    }
+
+    /// Back to a [`Mapping`], e.g. to unmap part of it.
+    pub fn into_mapping(self) -> Mapping {
+        self.0
+    }
+
+    /// Writes back, unmaps, and returns the write-back's error if any (see
+    /// [`Mapping::unmap`]).
+    pub fn unmap(self) -> Result<()> {
+        self.0.unmap()
+    }
+}
+
+impl std::fmt::Debug for MappingMut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("MappingMut").field(&self.0).finish()
+    }
+}
+
+impl From<MappingMut> for Mapping {
+    fn from(m: MappingMut) -> Mapping {
+        m.0
+    }
+}
+
+impl Deref for MappingMut {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+impl DerefMut for MappingMut {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // Writable and whole since `into_mut`: only `&self` of the mapping
+        // is reachable (an unsafe `unmap_range_shared` or a fixed mapping
+        // replacing its pages would break their contracts). Checked
+        // anyway, with a clear panic.
+        self.0.as_mut_slice()
+    }
+}
+
+impl AsRef<[u8]> for MappingMut {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for MappingMut {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
     }
 }

@@ -51,6 +51,13 @@
 /** Returned by umio_map on failure (the same value as MAP_FAILED). */
 #define UMIO_FAILED ((void *)-1)
 
+// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
+#define UMIO_HUGETLB_REQUIRE 1
+
+// `umio_map_options.hugetlb`: hugetlbfs pages, or ordinary memory with
+// 2 MiB pages when none is free.
+#define UMIO_HUGETLB_FALLBACK 2
+
 // No special treatment (the same value as `MADV_NORMAL`).
 #define UMIO_ADVICE_NORMAL 0
 
@@ -90,13 +97,6 @@
 
 // As `UMIO_ADVICE_COLD` (`MADV_PAGEOUT`).
 #define UMIO_ADVICE_PAGEOUT 21
-
-// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
-#define UMIO_HUGETLB_REQUIRE 1
-
-// `umio_map_options.hugetlb`: hugetlbfs pages, or ordinary memory with
-// 2 MiB pages when none is free.
-#define UMIO_HUGETLB_FALLBACK 2
 
 // A page not resident (`struct umio_page_probe.state`).
 #define UMIO_PAGE_EMPTY 0
@@ -326,34 +326,6 @@ struct umio_map_options {
   int hugetlb;
 };
 
-// Counters of one mapping since it was mapped.
-struct umio_stats {
-  // Page faults served.
-  uint64_t faults;
-  // Of those, faults served without a store read (the page was being
-  // filled already, or was resident, or was clean and written first).
-  uint64_t hits;
-  // Pages read from the store (misses and prefetch).
-  uint64_t fills;
-  // Of those, pages read by prefetch or read-ahead.
-  uint64_t prefetched;
-  // Pages evicted.
-  uint64_t evictions;
-  // Store writes made by write-back (each covers a run of pages).
-  uint64_t writebacks;
-  // Bytes read from the store.
-  uint64_t bytes_read;
-  // Bytes written to the store.
-  uint64_t bytes_written;
-  // Faults that made no progress, which umio ended instead of letting
-  // the thread fault forever (the kernel refused a fill: SIGBUS; or the
-  // page's mapping was dropped behind umio's back, say by the
-  // application's own `madvise(MADV_DONTNEED)`: a clean page is filled
-  // again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
-  // 0 in a correct program.
-  uint64_t no_progress_faults;
-};
-
 // The runtime's configuration: see `umio_config_get`.
 struct umio_config {
   // Default page size of regions in bytes.
@@ -489,6 +461,34 @@ struct umio_eviction_ops {
   void *user;
 };
 
+// Counters of one mapping since it was mapped.
+struct umio_stats {
+  // Page faults served.
+  uint64_t faults;
+  // Of those, faults served without a store read (the page was being
+  // filled already, or was resident, or was clean and written first).
+  uint64_t hits;
+  // Pages read from the store (misses and prefetch).
+  uint64_t fills;
+  // Of those, pages read by prefetch or read-ahead.
+  uint64_t prefetched;
+  // Pages evicted.
+  uint64_t evictions;
+  // Store writes made by write-back (each covers a run of pages).
+  uint64_t writebacks;
+  // Bytes read from the store.
+  uint64_t bytes_read;
+  // Bytes written to the store.
+  uint64_t bytes_written;
+  // Faults that made no progress, which umio ended instead of letting
+  // the thread fault forever (the kernel refused a fill: SIGBUS; or the
+  // page's mapping was dropped behind umio's back, say by the
+  // application's own `madvise(MADV_DONTNEED)`: a clean page is filled
+  // again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
+  // 0 in a correct program.
+  uint64_t no_progress_faults;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -509,6 +509,18 @@ extern "C" {
 // 4096. `len` 0 maps from `offset` to the end of the store. Bytes past
 // the end of the store read as zeros; a `PROT_WRITE` mapping reaching
 // past the end extends the store when it is mapped.
+//
+// Other flags, as `mmap` users pass them (checked beside `mmap` by
+// `tests/c/flags.c`; `umap` takes the same):
+//
+// | flag | meaning |
+// |---|---|
+// | `MAP_NORESERVE` | accepted: umio reserves no swap |
+// | `MAP_POPULATE` | every page read in before the call returns |
+// | `MAP_LOCKED` | every page read in and pinned (`ENOMEM` beyond half of the cache) |
+// | `MAP_HUGETLB` (`MAP_HUGE_2MB` or no size) | hugetlbfs 2 MiB pages (`ENOMEM` without free ones) |
+// | `MAP_ANONYMOUS` (`fd` -1, `offset` 0) | zero-filled memory over a nameless scratch file |
+// | anything else | `EINVAL`, the reason logged |
 //
 // Returns the address, or `UMIO_FAILED` with errno: `EINVAL` (bad
 // `prot`, `flags`, `offset`, `len`, options or fixed address), `EBADF`
@@ -619,14 +631,6 @@ int umio_pin(const void *addr, size_t len);
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_unpin(const void *addr, size_t len);
-
-// Copies the counters of the mapping holding `addr` to `*out`. Returns 0,
-// or -1 with errno `EINVAL` (`out` NULL or misaligned, or `addr` in no
-// umio mapping).
-//
-// # Safety
-// `out` points to writable memory for a `struct umio_stats`.
-int umio_stats(const void *addr, struct umio_stats *out);
 
 // Copies the runtime's configuration to `*out`: the settings in force,
 // or before the first mapping those it would start with (defaults, the
@@ -777,6 +781,14 @@ int umio_config_set_uffd_mode(const char *name);
 // # Safety
 // None.
 int umio_user_mode_only(void);
+
+// Copies the counters of the mapping holding `addr` to `*out`. Returns 0,
+// or -1 with errno `EINVAL` (`out` NULL or misaligned, or `addr` in no
+// umio mapping).
+//
+// # Safety
+// `out` points to writable memory for a `struct umio_stats`.
+int umio_stats(const void *addr, struct umio_stats *out);
 
 // The version of the library the program runs with, as a string
 // `"MAJOR.MINOR.PATCH"` (for example `"0.1.0"`), static: never freed,

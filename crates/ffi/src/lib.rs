@@ -15,6 +15,11 @@
 //!   per-mapping counters, runtime configuration, and eviction and
 //!   prefetch policies written in C ([`policy`], [`prefetcher`]).
 //!
+//! The callback tables a C program hands over (a store, an eviction,
+//! prefetch or promotion policy) are each copied into one
+//! `OwnedOps` (`ops.rs`), which is `Send` and `Sync` on the table's contract
+//! and calls its `release` exactly once.
+//!
 //! This crate only translates: C arguments to umio-core calls, umio's
 //! errors to errno. Every export runs inside [`boundary::ffi_boundary!`],
 //! which catches panics and sets a positive errno; nothing is printed
@@ -30,6 +35,7 @@ mod config;
 mod logging;
 mod map;
 pub mod native;
+mod ops;
 pub mod policy;
 pub mod prefetcher;
 pub mod promoter;

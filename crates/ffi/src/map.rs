@@ -79,11 +79,36 @@ impl Request {
     }
 }
 
-/// Flags a mapping may have: one of `MAP_PRIVATE` and `MAP_SHARED` (the
-/// same here: writes reach the store either way), and `MAP_FIXED` or
-/// `MAP_FIXED_NOREPLACE`.
-const KNOWN_FLAGS: c_int =
-    libc::MAP_PRIVATE | libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE;
+/// Flags a mapping may have, each with `mmap`'s meaning where umio can
+/// give it one:
+///
+/// | flag | meaning |
+/// |---|---|
+/// | `MAP_SHARED`, `MAP_PRIVATE` | one of them; the same here: writes reach the store either way |
+/// | `MAP_FIXED` | replace what is mapped at the address (umio mappings included) |
+/// | `MAP_FIXED_NOREPLACE` | map at the address, `EEXIST` if anything is mapped there |
+/// | `MAP_NORESERVE` | accepted: umio reserves no swap |
+/// | `MAP_POPULATE` | read every page in before returning (the cache bounds what stays) |
+/// | `MAP_LOCKED` | read every page in and pin it (`ENOMEM` beyond half of the cache) |
+/// | `MAP_HUGETLB` (`MAP_HUGE_2MB` or no size) | hugetlbfs 2 MiB pages (`ENOMEM` without free ones) |
+/// | `MAP_ANONYMOUS` (fd -1) | zero-filled memory backed by a nameless scratch file |
+///
+/// Any other flag (`MAP_GROWSDOWN`, `MAP_SYNC`, `MAP_32BIT`, other huge
+/// page sizes...) is `EINVAL`, with the reason logged.
+const KNOWN_FLAGS: c_int = libc::MAP_PRIVATE
+    | libc::MAP_SHARED
+    | libc::MAP_FIXED
+    | libc::MAP_FIXED_NOREPLACE
+    | libc::MAP_NORESERVE
+    | libc::MAP_POPULATE
+    | libc::MAP_LOCKED
+    | libc::MAP_HUGETLB
+    | libc::MAP_ANONYMOUS;
+
+/// `MAP_HUGE_2MB`: the huge page size field of the flags (log2 of the
+/// size, shifted by `MAP_HUGE_SHIFT`).
+const MAP_HUGE_2MB: c_int = 21 << libc::MAP_HUGE_SHIFT;
+const MAP_HUGE_MASK: c_int = 0x3f << libc::MAP_HUGE_SHIFT;
 
 /// Validates the request and maps it; returns the mapping's address.
 pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
@@ -92,9 +117,24 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         return Err(einval);
     }
     let sharing = req.flags & (libc::MAP_PRIVATE | libc::MAP_SHARED);
-    if req.flags & !KNOWN_FLAGS != 0
-        || (sharing != libc::MAP_PRIVATE && sharing != libc::MAP_SHARED)
-    {
+    let huge_size = req.flags & MAP_HUGE_MASK;
+    let unknown = req.flags & !(KNOWN_FLAGS | MAP_HUGE_MASK);
+    if unknown != 0 {
+        log::warn!("umio: mapping refused: flags {unknown:#x} are not supported (see umio.h)");
+        return Err(einval);
+    }
+    if sharing != libc::MAP_PRIVATE && sharing != libc::MAP_SHARED {
+        log::warn!("umio: mapping refused: one of MAP_SHARED and MAP_PRIVATE is needed");
+        return Err(einval);
+    }
+    let hugetlb_flag = req.flags & libc::MAP_HUGETLB != 0;
+    if huge_size != 0 && (!hugetlb_flag || huge_size != MAP_HUGE_2MB) {
+        log::warn!("umio: mapping refused: only 2 MiB huge pages (MAP_HUGETLB | MAP_HUGE_2MB)");
+        return Err(einval);
+    }
+    let anonymous = req.flags & libc::MAP_ANONYMOUS != 0;
+    if anonymous && (!matches!(source, Source::Fd(-1, _)) || req.len.is_none() || req.offset != 0) {
+        log::warn!("umio: mapping refused: MAP_ANONYMOUS takes fd -1, offset 0 and a length");
         return Err(einval);
     }
     let fixed = req.flags & libc::MAP_FIXED != 0;
@@ -129,7 +169,8 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     if let Some(p) = req.promoter {
         opts = opts.promoter(p);
     }
-    if let Some(fallback) = req.hugetlb {
+    let hugetlb = req.hugetlb.or(hugetlb_flag.then_some(false));
+    if let Some(fallback) = hugetlb {
         if req
             .page_size
             .is_some_and(|p| p != umio_core::HUGE_PAGE_SIZE)
@@ -148,6 +189,13 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         opts = unsafe { opts.fixed_address(req.addr as usize) };
     }
     let mapping = match source {
+        Source::Fd(-1, _) if anonymous => {
+            let len = req.len.unwrap_or(0) as u64;
+            let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+            let scratch = umio_backends::FileStore::scratch(None, len).map_err(io)?;
+            let rt = config::runtime()?;
+            rt.map(opts.store(Arc::new(scratch)))?
+        }
         Source::Fd(fd, backend) => {
             let file = dup(fd)?;
             let rt = config::runtime()?;
@@ -168,9 +216,7 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
             rt.map(opts.store(store))?
         }
         Source::Store(store) => {
-            if !store.is_complete() {
-                return Err(einval);
-            }
+            store.check().map_err(|_| einval)?;
             let rt = config::runtime()?;
             rt.map(opts.store(Arc::new(store)))?
         }
@@ -178,6 +224,15 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     if fixed {
         // Older mappings the new one replaced in whole.
         registry::forget_unmapped();
+    }
+    if req.flags & libc::MAP_LOCKED != 0 {
+        // Read in and pinned, or refused (the mapping goes with the error).
+        if let Err(e) = mapping.pin(0..mapping.len()) {
+            log::warn!("umio: MAP_LOCKED mapping refused: {e}");
+            return Err(e.into());
+        }
+    } else if req.flags & libc::MAP_POPULATE != 0 {
+        populate(&mapping);
     }
     let addr = registry::insert(mapping);
     log::debug!(
@@ -187,6 +242,31 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         req.flags
     );
     Ok(addr as *mut c_void)
+}
+
+/// `MAP_POPULATE`: reads every page in before the call returns, a chunk of
+/// a quarter of the cache at a time (pinned while it is read, so that a
+/// failed read is an error here rather than a SIGBUS in the caller). With
+/// a cache smaller than the mapping, the last chunks read stay. A read
+/// that fails stops it, logged, as the kernel's populate fails silently:
+/// the page's next access reports it.
+fn populate(mapping: &umio_core::Mapping) {
+    let ps = mapping.page_size();
+    let chunk = usize::try_from(mapping.runtime().cache_bytes() / 4)
+        .unwrap_or(usize::MAX)
+        .max(ps)
+        / ps
+        * ps;
+    let mut at = 0;
+    while at < mapping.len() {
+        let end = at.saturating_add(chunk).min(mapping.len());
+        let filled = mapping.pin(at..end);
+        if let Err(e) = mapping.unpin(at..end).and(filled) {
+            log::warn!("umio: MAP_POPULATE stopped at byte {at}: {e}");
+            return;
+        }
+        at = end;
+    }
 }
 
 /// A duplicate of the caller's descriptor, so that the caller keeps its
@@ -223,7 +303,10 @@ pub(crate) fn unmap(addr: *mut c_void, len: usize) -> Result<(), Errno> {
         return Err(Errno(libc::EINVAL));
     }
     let end = range.end.next_multiple_of(ps).min(mapping.len());
-    let result = mapping.unmap_range(range.start..end);
+    // SAFETY: the C API never makes a Rust slice of a mapping: its
+    // callers hold raw addresses, and touching an unmapped range is the C
+    // program's error as it is after `munmap` (umio.h, "Threads").
+    let result = unsafe { mapping.unmap_range_shared(range.start..end) };
     registry::forget_if_unmapped(&mapping);
     result?;
     log::debug!("umio: unmapped {len} bytes at {addr:p}");

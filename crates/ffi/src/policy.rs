@@ -7,6 +7,7 @@ use std::sync::Arc;
 use umio_cache::{EvictionPolicy, Observed, PageKey, PageOracle, PageState, Touch};
 
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
+use crate::ops::{OwnedOps, callback_table};
 
 /// A page: `index` (page number within its mapping, from 0) of the
 /// mapping `region`. Region numbers are given by umio, start at 1 and are
@@ -175,40 +176,18 @@ pub struct umio_eviction_ops {
 /// policy share it).
 #[derive(Clone)]
 pub(crate) struct CEviction {
-    ops: Arc<OwnedOps>,
+    ops: Arc<OwnedOps<umio_eviction_ops>>,
 }
 
-/// The ops and the ownership of their `user`.
-struct OwnedOps(umio_eviction_ops);
-
-// SAFETY: the ops' contract (documented on `umio_eviction_ops`) is that the
-// callbacks may be called from any thread, concurrently, with `user`.
-unsafe impl Send for OwnedOps {}
-// SAFETY: as above; OwnedOps itself has no interior state.
-unsafe impl Sync for OwnedOps {}
-
-impl Drop for OwnedOps {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.release {
-            // SAFETY: `release` is called once, with the `user` given with
-            // it, after umio's last use of the policy (this is the drop of
-            // its last owner).
-            unsafe { release(self.0.user) };
-        }
-    }
-}
+callback_table!(umio_eviction_ops, required: select_victims);
 
 impl CEviction {
     /// Takes ownership of `ops.user` (released on drop, including when
     /// this returns an error).
     pub(crate) fn new(ops: &umio_eviction_ops) -> Result<CEviction, Errno> {
-        let policy = CEviction {
-            ops: Arc::new(OwnedOps(*ops)),
-        };
-        if ops.select_victims.is_none() {
-            return Err(Errno(libc::EINVAL));
-        }
-        Ok(policy)
+        let ops = OwnedOps::new(ops);
+        ops.check()?;
+        Ok(CEviction { ops: Arc::new(ops) })
     }
 
     /// Whether `self` and `other` are the same installation.
@@ -217,7 +196,7 @@ impl CEviction {
     }
 
     fn ops(&self) -> &umio_eviction_ops {
-        &self.ops.0
+        &self.ops
     }
 
     fn report(&self, f: Option<unsafe extern "C" fn(*mut c_void, umio_page_key)>, key: PageKey) {

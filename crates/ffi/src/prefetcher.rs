@@ -5,12 +5,12 @@ use std::ffi::{c_int, c_void};
 
 use umio_core::{Advice, Fault, FaultKind, FetchList, Prefetcher};
 
-use crate::boundary::Errno;
 use crate::native::{
     UMIO_ADVICE_DONTNEED, UMIO_ADVICE_HUGE, UMIO_ADVICE_NOHUGE, UMIO_ADVICE_NORMAL,
     UMIO_ADVICE_PAGEOUT, UMIO_ADVICE_RANDOM, UMIO_ADVICE_REMOVE, UMIO_ADVICE_SEQUENTIAL,
     UMIO_ADVICE_WILLNEED,
 };
+use crate::ops::{OwnedOps, callback_table};
 
 /// The page was not resident: this fault read it from the store
 /// (`struct umio_fault.kind`).
@@ -104,42 +104,10 @@ pub struct umio_prefetch_ops {
     pub user: *mut c_void,
 }
 
+callback_table!(umio_prefetch_ops, required: on_fault);
+
 /// [`umio_prefetch_ops`] copied at map time; releases `user` on drop.
-pub(crate) struct CPrefetcher {
-    ops: umio_prefetch_ops,
-}
-
-// SAFETY: the ops' contract (documented on `umio_prefetch_ops`) is that
-// the callback may be called from any thread, concurrently, with `user`.
-unsafe impl Send for CPrefetcher {}
-// SAFETY: as above; CPrefetcher itself has no interior state.
-unsafe impl Sync for CPrefetcher {}
-
-impl CPrefetcher {
-    /// Takes ownership of `ops.user` (released on drop).
-    pub(crate) fn new(ops: &umio_prefetch_ops) -> CPrefetcher {
-        CPrefetcher { ops: *ops }
-    }
-
-    /// `EINVAL` unless the required callback is there.
-    pub(crate) fn check(&self) -> Result<(), Errno> {
-        match self.ops.on_fault {
-            Some(_) => Ok(()),
-            None => Err(Errno(libc::EINVAL)),
-        }
-    }
-}
-
-impl Drop for CPrefetcher {
-    fn drop(&mut self) {
-        if let Some(release) = self.ops.release {
-            // SAFETY: `release` is called once, with the `user` given with
-            // it, after umio's last use of the prefetcher (this is its
-            // drop).
-            unsafe { release(self.ops.user) };
-        }
-    }
-}
+pub(crate) type CPrefetcher = OwnedOps<umio_prefetch_ops>;
 
 fn advice_value(advice: Advice) -> c_int {
     match advice {
@@ -176,7 +144,7 @@ impl From<&Fault> for umio_fault {
 
 impl Prefetcher for CPrefetcher {
     fn on_fault(&self, fault: &Fault, fetch: &mut FetchList) {
-        let Some(on_fault) = self.ops.on_fault else {
+        let Some(on_fault) = self.on_fault else {
             return;
         };
         let c = umio_fault::from(fault);
@@ -185,7 +153,7 @@ impl Prefetcher for CPrefetcher {
         // SAFETY: a callback of the ops' owner, called with its `user`
         // while the prefetcher is live, as the ops' contract allows; `c`
         // is readable and `out` writable for `cap` ranges during the call.
-        let n = unsafe { on_fault(self.ops.user, &c, out.as_mut_ptr(), out.len()) };
+        let n = unsafe { on_fault(self.user, &c, out.as_mut_ptr(), out.len()) };
         for r in &out[..n.min(out.len())] {
             let end = r.end.min(fault.pages);
             if r.start < end {
@@ -200,6 +168,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::boundary::Errno;
 
     unsafe extern "C" fn ahead(
         user: *mut c_void,

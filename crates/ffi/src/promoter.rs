@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use umio_core::{Fault, Promoter};
 
-use crate::boundary::Errno;
+use crate::ops::{OwnedOps, callback_table};
 use crate::prefetcher::umio_fault;
 
 /// A huge-page promotion policy written in C, for one mapping
@@ -32,50 +32,19 @@ pub struct umio_promote_ops {
     pub user: *mut c_void,
 }
 
+callback_table!(umio_promote_ops, required: should_promote);
+
 /// [`umio_promote_ops`] copied at map time; releases `user` on drop.
-pub(crate) struct CPromoter {
-    ops: umio_promote_ops,
-}
-
-// SAFETY: the ops' contract (documented on `umio_promote_ops`) is that the
-// callback may be called from any thread, concurrently, with `user`.
-unsafe impl Send for CPromoter {}
-// SAFETY: as above; CPromoter has no interior state.
-unsafe impl Sync for CPromoter {}
-
-impl CPromoter {
-    /// Takes ownership of `ops.user` (released on drop).
-    pub(crate) fn new(ops: &umio_promote_ops) -> CPromoter {
-        CPromoter { ops: *ops }
-    }
-
-    /// `EINVAL` unless the required callback is there.
-    pub(crate) fn check(&self) -> Result<(), Errno> {
-        match self.ops.should_promote {
-            Some(_) => Ok(()),
-            None => Err(Errno(libc::EINVAL)),
-        }
-    }
-}
-
-impl Drop for CPromoter {
-    fn drop(&mut self) {
-        if let Some(release) = self.ops.release {
-            // SAFETY: called once, with its `user`, after umio's last use
-            // of the policy (this is its drop).
-            unsafe { release(self.ops.user) };
-        }
-    }
-}
+pub(crate) type CPromoter = OwnedOps<umio_promote_ops>;
 
 impl Promoter for CPromoter {
     fn should_promote(&self, fault: &Fault) -> bool {
-        let Some(f) = self.ops.should_promote else {
+        let Some(f) = self.should_promote else {
             return false;
         };
         let c = umio_fault::from(fault);
         // SAFETY: a callback of the ops' owner, called with its `user`
         // while the policy is live; `c` is readable during the call.
-        unsafe { f(self.ops.user, &c) != 0 }
+        unsafe { f(self.user, &c) != 0 }
     }
 }

@@ -151,17 +151,21 @@ mod tests {
         assert_eq!(relative(&m, addr(7 * PS), PS + 1), Err(Errno(libc::EINVAL)));
         assert_eq!(relative(&m, addr(8 * PS), 1), Err(Errno(libc::EINVAL)));
 
-        m.unmap_range(2 * PS..4 * PS).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(2 * PS..4 * PS) }.unwrap();
         forget_if_unmapped(&m);
         assert_eq!(at(base + 3 * PS), Some(base), "a hole names its mapping");
         assert_eq!(m.mapped_bytes(), 6 * PS);
-        m.unmap_range(0..2 * PS).unwrap();
-        m.unmap_range(4 * PS..8 * PS).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(0..2 * PS) }.unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { m.unmap_range_shared(4 * PS..8 * PS) }.unwrap();
         forget_if_unmapped(&m);
         assert_eq!(at(base), None);
         assert_eq!(at(other), Some(other));
         let o = find(other).unwrap();
-        o.unmap_range(0..o.len()).unwrap();
+        // SAFETY: the test holds no slice of the mapping.
+        unsafe { o.unmap_range_shared(0..o.len()) }.unwrap();
         forget_if_unmapped(&o);
         assert_eq!(at(other), None);
     }

@@ -4,6 +4,8 @@ use std::ffi::{c_int, c_void};
 
 use umio_backends::{Store, StoreError, StoreOp};
 
+use crate::ops::{OwnedOps, callback_table};
+
 /// A store written in C: callbacks umio calls to read and write the bytes
 /// of a mapping made with `umio_map_options.store`.
 ///
@@ -64,56 +66,28 @@ fn errno_of(ret: i64) -> i32 {
     }
 }
 
-/// [`umio_store_ops`] copied at map time.
-pub(crate) struct CStore {
-    ops: umio_store_ops,
-}
+callback_table!(umio_store_ops, required: read, size);
 
-// SAFETY: the ops' contract (documented on `umio_store_ops`) is that the
-// callbacks may be called from any thread, concurrently, with `user`.
-unsafe impl Send for CStore {}
-// SAFETY: as above; CStore itself has no interior state.
-unsafe impl Sync for CStore {}
-
-impl CStore {
-    /// Takes ownership of `ops.user` (released on drop).
-    pub(crate) fn new(ops: &umio_store_ops) -> CStore {
-        CStore { ops: *ops }
-    }
-
-    /// Whether the required callbacks are there.
-    pub(crate) fn is_complete(&self) -> bool {
-        self.ops.read.is_some() && self.ops.size.is_some()
-    }
-}
-
-impl Drop for CStore {
-    fn drop(&mut self) {
-        if let Some(release) = self.ops.release {
-            // SAFETY: `release` is called once, with the `user` given with
-            // it, after umio's last use of the store (this is its drop).
-            unsafe { release(self.ops.user) };
-        }
-    }
-}
+/// [`umio_store_ops`] copied at map time; releases `user` on drop.
+pub(crate) type CStore = OwnedOps<umio_store_ops>;
 
 impl Store for CStore {
     fn len(&self) -> Result<u64, StoreError> {
-        let Some(size) = self.ops.size else {
+        let Some(size) = self.size else {
             return Err(StoreError::new(StoreOp::Len, 0, libc::EINVAL));
         };
         // SAFETY: a callback of the ops' owner, called with its `user`
         // while the store is live, as the ops' contract allows.
-        let n = unsafe { size(self.ops.user) };
+        let n = unsafe { size(self.user) };
         u64::try_from(n).map_err(|_| StoreError::new(StoreOp::Len, 0, errno_of(n)))
     }
 
     fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        let Some(resize) = self.ops.resize else {
+        let Some(resize) = self.resize else {
             return Err(StoreError::new(StoreOp::Len, len, libc::EFBIG));
         };
         // SAFETY: as in `len`.
-        let r = unsafe { resize(self.ops.user, len) };
+        let r = unsafe { resize(self.user, len) };
         if r < 0 {
             return Err(StoreError::new(StoreOp::Len, len, errno_of(r.into())));
         }
@@ -121,12 +95,12 @@ impl Store for CStore {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        let Some(read) = self.ops.read else {
+        let Some(read) = self.read else {
             return Err(StoreError::new(StoreOp::Read, offset, libc::EINVAL));
         };
         // SAFETY: as in `len`; `buf` is valid for writes of `buf.len()`
         // bytes for the duration of the call.
-        let n = unsafe { read(self.ops.user, offset, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = unsafe { read(self.user, offset, buf.as_mut_ptr().cast(), buf.len()) };
         match usize::try_from(n) {
             Ok(n) if n <= buf.len() => Ok(n),
             Ok(_) => Err(StoreError::new(StoreOp::Read, offset, libc::EIO)),
@@ -135,7 +109,7 @@ impl Store for CStore {
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        let Some(write) = self.ops.write else {
+        let Some(write) = self.write else {
             return Err(StoreError::new(StoreOp::Write, offset, libc::EBADF));
         };
         let mut done = 0;
@@ -144,7 +118,7 @@ impl Store for CStore {
             let rest = &buf[done..];
             // SAFETY: as in `len`; `rest` is valid for reads of its length
             // for the duration of the call.
-            let n = unsafe { write(self.ops.user, at, rest.as_ptr().cast(), rest.len()) };
+            let n = unsafe { write(self.user, at, rest.as_ptr().cast(), rest.len()) };
             match usize::try_from(n) {
                 Ok(n) if n > 0 && n <= rest.len() => done += n,
                 // No progress, or more than asked: a broken callback.
@@ -156,11 +130,11 @@ impl Store for CStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        let Some(flush) = self.ops.flush else {
+        let Some(flush) = self.flush else {
             return Ok(());
         };
         // SAFETY: as in `len`.
-        let r = unsafe { flush(self.ops.user) };
+        let r = unsafe { flush(self.user) };
         if r < 0 {
             return Err(StoreError::new(StoreOp::Sync, 0, errno_of(r.into())));
         }
@@ -168,7 +142,7 @@ impl Store for CStore {
     }
 
     fn is_writable(&self) -> bool {
-        self.ops.write.is_some()
+        self.write.is_some()
     }
 
     fn name(&self) -> &str {

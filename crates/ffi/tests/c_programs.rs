@@ -214,6 +214,7 @@ c_tests! {
     user_mode_only, user_mode_only_sanitized: &[("UMIO_UFFD_MODE", "full")], "user_mode_only:";
     coherence, coherence_sanitized: &[], "coherence: ok";
     cache_resize, cache_resize_sanitized: &[], "cache_resize: ok";
+    flags, flags_sanitized: &[], "flags: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails

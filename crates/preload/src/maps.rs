@@ -28,6 +28,14 @@ const PAGE: usize = 4096;
 
 /// One umio region made for an `mmap` call.
 pub(crate) struct Entry {
+    /// Shared by the table and the calls under way (`Arc<Entry>`), so
+    /// partial unmaps (`munmap`, `MAP_FIXED`) go through
+    /// [`Mapping::unmap_range_shared`]. That is sound here because the shim
+    /// never makes a Rust slice (`as_slice`, deref) of a mapping: the
+    /// application holds raw addresses and the shim passes ranges and
+    /// pointers to umio and to the kernel, so nothing borrows memory that
+    /// an unmap takes away; the application touching a range it unmapped
+    /// is its own error, as with the kernel's `munmap`.
     pub mapping: Mapping,
     /// A duplicate of the application's descriptor: a fork child maps the
     /// file through it.
@@ -464,7 +472,9 @@ fn unmap_locked(t: &mut Table, range: &Range<usize>) -> Vec<Arc<Entry>> {
             let a = rs.next_multiple_of(ps);
             let b = if re >= mlen { mlen } else { re / ps * ps };
             let cut = if a < b {
-                match e.mapping.unmap_range(a..b) {
+                // SAFETY: the shim never makes a Rust slice of a mapping
+                // (see `Entry::mapping`); the application unmaps the range.
+                match unsafe { e.mapping.unmap_range_shared(a..b) } {
                     Ok(()) => Some((base + a, base + b.next_multiple_of(ps))),
                     Err(err) => {
                         log::warn!("umio-preload: unmapping part of a mapping: {err}");
@@ -606,7 +616,9 @@ fn release_edges_for_fixed(range: &Range<usize>) -> Result<(), Errno> {
             let base = e.base();
             let mlen = e.mapping.len();
             let rel = page.start - base..(page.end - base).min(mlen);
-            if let Err(err) = e.mapping.unmap_range(rel) {
+            // SAFETY: as in `unmap_locked`: no Rust slice of the mapping exists;
+            // the application's MAP_FIXED replaces the range.
+            if let Err(err) = unsafe { e.mapping.unmap_range_shared(rel) } {
                 log::warn!("umio-preload: unmapping a umio page for MAP_FIXED: {err}");
             }
             t.take_of(&e, &page);
@@ -707,10 +719,8 @@ pub(crate) fn advise(
     match advice {
         // As the kernel: only shared mappings of a file open for writing
         // can free file space; MADV_FREE is for private anonymous memory.
-        libc::MADV_REMOVE => {
-            if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) {
-                return Err(Errno(libc::EACCES));
-            }
+        libc::MADV_REMOVE if segs.iter().any(|s| !s.entry.shared || !s.entry.writable) => {
+            return Err(Errno(libc::EACCES));
         }
         libc::MADV_FREE => return Err(Errno(libc::EINVAL)),
         _ => {}

@@ -1,8 +1,6 @@
 //! Hand-written SVG charts for the benchmark report: grouped bars and
 //! cumulative distributions. No dependencies.
 
-#![allow(dead_code)]
-
 use std::fmt::Write as _;
 
 const W: f64 = 720.0;

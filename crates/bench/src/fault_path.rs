@@ -9,15 +9,13 @@
 //! fault-around (up to 16 cached pages mapped per fault) never turns an
 //! access into a hit: each timed access is one fault.
 
-#![allow(dead_code)]
-
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use umio::{MapOptions, PrefetchKind, Runtime};
+use umio_core::{MapOptions, Mapping, PrefetchKind, Runtime};
 
 use crate::bench::{Data, PAGE, Result, mean, quantile, rdtsc, word};
 
@@ -124,7 +122,7 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
     // time: on a shared machine the cost of a fault swings with where the
     // scheduler puts the handler thread (the faulting thread's CPU or the
     // other one), and alternating gives every row the same conditions.
-    let fillers = umio::default_fillers();
+    let fillers = umio_core::default_fillers();
     let names = [
         format!(
             "umio (defaults: {fillers} fillers, polling or sleeping as measured; pread from the tmpfs file)"
@@ -254,8 +252,8 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     let rt = b.build()?;
     let opts = MapOptions::new().len(data.len);
     let map = if setup == Setup::Mapped {
-        use umio::Store as _;
-        let store = umio::backends::DaxStore::open(data.shm.path(), false)?;
+        use umio_backends::Store as _;
+        let store = umio_backends::DaxStore::open(data.shm.path(), false)?;
         // The file's pages are mapped before timing, as the floor's source
         // buffer is: the row measures umio, not the kernel's minor faults.
         if let Some(bytes) = store.as_mapped() {
@@ -277,7 +275,7 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
         Setup::Defaults | Setup::Mapped => LEARNING,
         Setup::Sleeping | Setup::Polling => WARMUP,
     };
-    let (mut row, _) = traced_faults(&rt, map.as_ptr(), faults, warmup, store_read)?;
+    let (mut row, _) = traced_faults(&rt, &map, faults, warmup, store_read)?;
     row.name = name.into();
     row.cycles = sorted(row.cycles);
     Ok(row)
@@ -290,7 +288,7 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
 /// each fault's store-read cycles; `store_read` names that phase.
 pub fn traced_faults(
     rt: &Runtime,
-    base: *const u8,
+    map: &Mapping,
     faults: usize,
     warmup: usize,
     store_read: &'static str,
@@ -308,10 +306,19 @@ pub fn traced_faults(
     let mut sums = [0f64; 8];
     let mut cycles = Vec::with_capacity(faults);
     let mut reads = Vec::with_capacity(faults);
+    let last_end = (faults + warmup)
+        .checked_sub(1)
+        .map_or(0, |n| n.saturating_mul(STRIDE).saturating_add(8));
+    if last_end > map.len() {
+        return Err("the mapping is shorter than the faults asked for".into());
+    }
+    let base = map.as_ptr().cast_const();
     let mut seq = rt.last_fault_trace().map_or(0, |t| t.seq);
     for i in 0..faults + warmup {
         let t0 = rdtsc();
-        let v = word(base, i * STRIDE);
+        // SAFETY: an aligned word within `map` (its length checked above),
+        // which lives for the call.
+        let v = unsafe { word(base, i * STRIDE) };
         let t1 = rdtsc();
         std::hint::black_box(v);
         // The filler publishes its trace just after the wake-up.
@@ -364,7 +371,8 @@ fn kernel_row(file: &File, faults: usize, major: bool, name: &str) -> Result<Pat
     let mut cycles = Vec::with_capacity(faults);
     for i in 0..faults + WARMUP {
         let t0 = rdtsc();
-        let v = word(m.ptr, i * STRIDE);
+        // SAFETY: an aligned word within the live mapping.
+        let v = unsafe { word(m.ptr, i * STRIDE) };
         let t1 = rdtsc();
         std::hint::black_box(v);
         if i >= WARMUP {
@@ -386,7 +394,8 @@ fn anon_row(faults: usize, name: &str) -> Result<PathRow> {
     let mut cycles = Vec::with_capacity(faults);
     for i in 0..faults + WARMUP {
         let t0 = rdtsc();
-        crate::bench::put_word(a.ptr, i * STRIDE, 1);
+        // SAFETY: an aligned word within the live mapping.
+        unsafe { crate::bench::put_word(a.ptr, i * STRIDE, 1) };
         let t1 = rdtsc();
         if i >= WARMUP {
             cycles.push((t1 - t0) as f64);
@@ -498,7 +507,8 @@ fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> R
     let mut sums = [0f64; 4];
     for i in 0..pages {
         let t0 = rdtsc();
-        let v = word(a.ptr, i * STRIDE);
+        // SAFETY: an aligned word within the live mapping.
+        let v = unsafe { word(a.ptr, i * STRIDE) };
         let t1 = rdtsc();
         std::hint::black_box(v);
         while stamps.seq.load(Ordering::Acquire) <= i as u64 {

@@ -17,11 +17,6 @@
 //!   own, of that size. Needs root (mount, cgroups); without it these
 //!   workloads run umio on tmpfs and skip the bounded `mmap`, saying why.
 
-#![allow(dead_code)]
-
-#[path = "policy_workload.rs"]
-mod policy_workload;
-
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -29,9 +24,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use policy_workload::{LoopFs, drop_cache, in_memory_cgroup};
-use umio::backends::{UringOptions, UringStore};
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime};
+pub use crate::policy_workload::{LoopFs, drop_cache, in_memory_cgroup};
+use umio_backends::{UringOptions, UringStore};
+use umio_core::{MapOptions, Mapping, PrefetchKind, Runtime};
 
 /// Errors of the setup, as text.
 pub type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -44,7 +39,7 @@ pub const PAGE: usize = 4096;
 /// The time stamp counter (cycles on x86-64).
 #[inline]
 pub fn rdtsc() -> u64 {
-    umio::trace_clock()
+    umio_core::trace_clock()
 }
 
 /// Counter ticks per second, measured against the monotonic clock over
@@ -308,6 +303,11 @@ impl Region {
         }
     }
 
+    /// Whether no byte is mapped (never, for a region made here).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Page faults so far: the region's fault events for umio, the
     /// process's minor and major faults for the kernel.
     pub fn faults(&self) -> u64 {
@@ -397,17 +397,24 @@ impl Drop for Mmap {
 }
 
 /// Reads one 64-bit word (volatile: the access must happen).
+///
+/// # Safety
+/// `base + offset` is 8-byte aligned and 8 readable bytes of a live
+/// mapping follow it.
 #[inline]
-pub fn word(base: *const u8, offset: usize) -> u64 {
-    // SAFETY: callers pass 8-byte aligned offsets within a live mapping.
+pub unsafe fn word(base: *const u8, offset: usize) -> u64 {
+    // SAFETY: the caller's promise.
     unsafe { std::ptr::read_volatile(base.add(offset).cast::<u64>()) }
 }
 
-/// Writes one 64-bit word.
+/// Writes one 64-bit word (volatile).
+///
+/// # Safety
+/// `base + offset` is 8-byte aligned and 8 writable bytes of a live
+/// mapping follow it, which nothing else borrows.
 #[inline]
-pub fn put_word(base: *mut u8, offset: usize, v: u64) {
-    // SAFETY: callers pass 8-byte aligned offsets within a live writable
-    // mapping.
+pub unsafe fn put_word(base: *mut u8, offset: usize, v: u64) {
+    // SAFETY: the caller's promise.
     unsafe { std::ptr::write_volatile(base.add(offset).cast::<u64>(), v) }
 }
 
@@ -420,7 +427,8 @@ pub fn read_units(r: &Region, unit: usize, units: &[usize]) -> Duration {
     let t = Instant::now();
     for &u in units {
         for off in (u * unit..(u + 1) * unit).step_by(PAGE) {
-            sum = sum.wrapping_add(word(base, off));
+            // SAFETY: an aligned word within the live mapping at `base`.
+            sum = sum.wrapping_add(unsafe { word(base, off) });
         }
     }
     let e = t.elapsed();
@@ -448,7 +456,8 @@ pub fn scan_pages(r: &Region, len: usize) -> (Duration, u64) {
     let mut sum = 0u64;
     let t = Instant::now();
     for off in (0..len).step_by(PAGE) {
-        sum = sum.wrapping_add(word(base, off));
+        // SAFETY: an aligned word within the live mapping at `base`.
+        sum = sum.wrapping_add(unsafe { word(base, off) });
     }
     let e = t.elapsed();
     std::hint::black_box(sum);
@@ -469,7 +478,8 @@ pub fn random_reads(r: &Region, ops: usize, threads: usize, seed: u64) -> Durati
                 let mut sum = 0u64;
                 for _ in 0..n {
                     let off = rng.below(pages) * PAGE + 8 * rng.below(PAGE / 8);
-                    sum = sum.wrapping_add(word(base as *const u8, off));
+                    // SAFETY: an aligned word within the live mapping at `base`.
+                    sum = sum.wrapping_add(unsafe { word(base as *const u8, off) });
                 }
                 std::hint::black_box(sum);
             });
@@ -484,7 +494,8 @@ pub fn write_then_flush(r: &Region, bytes: usize, v: u64) -> Result<(Duration, D
     let base = r.ptr();
     let t = Instant::now();
     for off in (0..bytes).step_by(PAGE) {
-        put_word(base, off, v ^ off as u64);
+        // SAFETY: an aligned word within the live mapping at `base`.
+        unsafe { put_word(base, off, v ^ off as u64) };
     }
     let w = t.elapsed();
     let t = Instant::now();

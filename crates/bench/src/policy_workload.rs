@@ -23,8 +23,6 @@
 //! image: storage in memory as for umio, and a page cache the limit
 //! bounds. Root is needed (userfaultfd, cgroups, mount).
 
-#![allow(dead_code)]
-
 use std::error::Error;
 use std::fs::File;
 use std::io::Write;
@@ -33,8 +31,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use umio::{MapOptions, PolicyKind, PrefetchKind, Runtime};
+use umio_cache::PolicyKind;
+use umio_core::{MapOptions, PrefetchKind, Runtime};
 
+/// Any error, boxed.
 pub type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
 const MIB: usize = 1 << 20;
@@ -43,19 +43,26 @@ const WORD_STEP: usize = 4096;
 /// Sizes of the workload.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
+    /// Size of the data file, MiB.
     pub file_mib: usize,
+    /// umio's cache, and the `mmap` runs' memory limit, MiB.
     pub cache_mib: usize,
+    /// umio's page size, KiB.
     pub page_kib: usize,
+    /// The hot set: the first `hot_mib` of the file.
     pub hot_mib: usize,
     /// umio pages of scan after each hot read.
     pub scan_per_op: usize,
+    /// Hot reads.
     pub steps: usize,
+    /// Hot reads before counting starts.
     pub warmup: usize,
 }
 
 /// One line of the report.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// What ran: a policy's name, or Linux `mmap`.
     pub name: String,
     /// Hits over hot reads after the warm-up.
     pub hot_hit_ratio: f64,
@@ -162,10 +169,13 @@ fn row(name: String, p: &Params, mixed: &Mixed, misses: u64, scan: Duration) -> 
 
 /// The data file, on /dev/shm; removed when dropped.
 pub struct DataFile {
+    /// The file.
     pub tmp: tempfile::NamedTempFile,
+    /// Its length in bytes.
     pub len: usize,
 }
 
+/// Writes the data file of `p`.
 pub fn make_data_file(p: &Params) -> Result<DataFile> {
     let mut tmp = tempfile::Builder::new()
         .prefix("umio-policies-")
@@ -423,6 +433,7 @@ pub fn run_mmap_unbounded(p: &Params, data: &DataFile) -> Result<Row> {
     ))
 }
 
+/// Prints the rows as a table.
 pub fn print_table(p: &Params, rows: &[Row]) {
     println!(
         "hot set {} MiB read at random, {} x {} KiB of scan after each hot read, \

@@ -1,0 +1,16 @@
+//! Benchmark helpers shared by umio's examples (`examples/report.rs`,
+//! `fault_path.rs`, `policies.rs`, `bfs.rs`, `huge.rs`, `spdk_fault.rs`)
+//! and benches (`benches/workloads.rs`, `fault_latency.rs`,
+//! `policies.rs`). Not published: it exists so that those targets share
+//! one copy of the code, compiled once, with its own lints.
+//!
+//! - [`bench`](mod@bench): data files, the memory budget for Linux `mmap`, umio and
+//!   `mmap` mappings side by side, and the workloads;
+//! - [`fault_path`]: the fault-path microbenchmark;
+//! - [`policy_workload`]: the workload where the eviction policy matters;
+//! - [`svg`]: the report's charts.
+
+pub mod bench;
+pub mod fault_path;
+pub mod policy_workload;
+pub mod svg;
