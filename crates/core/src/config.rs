@@ -25,7 +25,7 @@ enum PolicySpec {
     Custom(Box<dyn EvictionPolicy>),
 }
 
-/// Configuration of a [`Runtime`]; see [`Runtime::builder`].
+/// Configuration of a [`Runtime`](crate::Runtime); see [`Runtime::builder`](crate::Runtime::builder).
 pub struct Builder {
     cache_bytes: Option<u64>,
     /// `Some(share)`: the automatic bound ([`Builder::cache_bytes_auto`]).
@@ -165,7 +165,7 @@ impl Builder {
     }
 
     /// Default fill unit of regions (a multiple of 4 KiB); a region may
-    /// choose its own with [`MapOptions::page_size`]. Default 64 KiB.
+    /// choose its own with [`MapOptions::page_size`](crate::MapOptions::page_size). Default 64 KiB.
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = bytes;
         self
@@ -235,7 +235,7 @@ impl Builder {
     }
 
     /// Default huge-page promotion policy of regions whose page size
-    /// divides 2 MiB (see [`MapOptions::promote`]). Default: never.
+    /// divides 2 MiB (see [`MapOptions::promote`](crate::MapOptions::promote)). Default: never.
     pub fn promote(mut self, kind: PromoteKind) -> Self {
         self.promote = kind;
         self
@@ -246,7 +246,7 @@ impl Builder {
     /// fixed, but measured: the runtime times its fault events with
     /// fillers sleeping and with one filler polling for 50 us, runs the
     /// faster way, and tries the other now and then
-    /// ([`Stats::filler_poll_windows`] says how often each ran).
+    /// ([`Stats::filler_poll_windows`](crate::Stats::filler_poll_windows) says how often each ran).
     ///
     /// Which is faster depends on the machine's other load. On a 2-vCPU
     /// virtual machine (`examples/fault_path.rs`), a cold 4 KiB fault took
@@ -274,7 +274,7 @@ impl Builder {
     /// process may open it (root, `CAP_SYS_PTRACE`,
     /// `vm.unprivileged_userfaultfd=1`, or read-write access to
     /// `/dev/userfaultfd`), else user-mode-only, reported by
-    /// [`Runtime::user_mode_only`]. [`UffdMode::Full`] refuses the
+    /// [`Runtime::user_mode_only`](crate::Runtime::user_mode_only). [`UffdMode::Full`] refuses the
     /// fallback.
     pub fn uffd_mode(mut self, mode: UffdMode) -> Self {
         self.uffd_mode = mode;
@@ -282,7 +282,7 @@ impl Builder {
     }
 
     /// Records the time stamp counter at each step of every miss, for
-    /// benchmarks: [`Runtime::last_fault_trace`] returns the most recent.
+    /// benchmarks: [`Runtime::last_fault_trace`](crate::Runtime::last_fault_trace) returns the most recent.
     /// Default off; off, the fault path only tests that it is off.
     pub fn trace_faults(mut self, on: bool) -> Self {
         self.trace_faults = on;

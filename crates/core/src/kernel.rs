@@ -8,14 +8,14 @@ use crate::error::{Error, Result};
 use crate::sys::uffd::{OpenFailure, Uffd, feature};
 
 /// Which page faults a runtime's userfaultfd receives: see
-/// [`Builder::uffd_mode`].
+/// [`Builder::uffd_mode`](crate::Builder::uffd_mode).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UffdMode {
     /// Full mode where this process may open a full-mode userfaultfd,
     /// user-mode-only otherwise. The default.
     #[default]
     Auto,
-    /// Full mode, or [`Runtime::build`](Builder::build) fails with
+    /// Full mode, or [`Runtime::build`](crate::Builder::build) fails with
     /// [`Error::FullModeUnavailable`], which says what to change.
     Full,
     /// User-mode-only (`UFFD_USER_MODE_ONLY`) even where full mode is
@@ -68,12 +68,12 @@ impl KernelFeatures {
     }
     /// From [`kernel_features`]: this process may not open a full-mode
     /// userfaultfd, so runtimes in [`UffdMode::Auto`] serve user-mode
-    /// faults only. From [`Runtime::kernel_features`]: this runtime's
+    /// faults only. From [`Runtime::kernel_features`](crate::Runtime::kernel_features): this runtime's
     /// userfaultfd is user-mode-only. Then a non-resident page of a
     /// mapping passed to a system call (`read(2)` into it, `write(2)` from
     /// it) fails the call with `EFAULT` (or shortens it), and so does a
     /// system call writing into a clean page of a writable mapping; see
-    /// [`Mapping::pin`] for the way around it.
+    /// [`Mapping::pin`](crate::Mapping::pin) for the way around it.
     pub fn user_mode_only(&self) -> bool {
         self.user_mode_only
     }

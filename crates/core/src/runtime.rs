@@ -64,7 +64,7 @@ impl Drop for RuntimeInner {
 /// maps, and the threads that serve their faults.
 ///
 /// Cheap to clone (a reference count). The threads stop when the last
-/// clone and the last [`Mapping`] are dropped.
+/// clone and the last [`Mapping`](crate::Mapping) are dropped.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
