@@ -301,16 +301,15 @@ impl Shared {
             }
             self.kick_evictors();
             self.counters().direct_reclaims.fetch_add(1, Relaxed);
-            // Victims of the huge pool are 2 MiB each: a few suffice. The
-            // region's own page size sizes the batch, not the runtime's
-            // default: the region may have larger pages than the default
-            // (a batch sized by the default evicted 16 of them for one
-            // 1 MiB page with 64 KiB defaults) or smaller.
-            let pages = bytes / region.page_size as u64;
+            // Victims of the huge pool are 2 MiB each: a few suffice.
+            // Victims of the regular pool come from every region in it, of
+            // any page size: the batch is counted in the runtime's default
+            // page size as an estimate, and bounded (the loop evicts again
+            // until the reservation succeeds).
             let pages = if region.huge_pool {
-                pages.clamp(1, 4) as usize
+                (bytes / region.page_size as u64).clamp(1, 4) as usize
             } else {
-                pages.clamp(8, 64) as usize
+                (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
             if self.evict_batch(w, self.policy_of(region), pages) == 0 {
                 let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
