@@ -1,10 +1,24 @@
-//! umio against Linux `mmap(2)`, on the same file.
+//! umio against Linux `mmap(2)`, on the same file, under the same memory
+//! budget.
 //!
 //! The demo writes a data file of deterministic pseudo-random bytes, then
 //! runs three workloads through two mappings of it: a umio mapping, whose
 //! page faults umio serves in user space (userfaultfd) out of a cache
 //! smaller than the file, and a plain `mmap(MAP_SHARED)`, whose faults the
-//! kernel serves out of its page cache, which no cache size bounds.
+//! kernel serves out of its page cache.
+//!
+//! Each run is a child process placed in a memory cgroup of its own with
+//! the same limit (`--budget`; cgroup v1's `memory.limit_in_bytes` where
+//! the machine mounts the v1 memory controller, else v2's `memory.max`):
+//! the kernel's page cache of the file that a side causes is charged to its
+//! cgroup, so mmap gets the budget as page cache and umio as its cache plus
+//! whatever the kernel caches for it (by default nothing: umio reads with
+//! `O_DIRECT`, or drops what it read). Both sides' memory is counted the
+//! same way: umio's cache at the end plus the file's pages in the kernel's
+//! page cache after the run (`mincore` of the file), and the cgroup's peak
+//! usage, which includes everything the process charged (heap, page
+//! tables, page cache). Without the right to make cgroups (not root), the
+//! runs are children without a limit, and the demo says so.
 //!
 //! 1. random reads: 8-byte reads at random offsets, checksummed;
 //! 2. a sequential scan: the sum of every 64-bit word of the file;
@@ -20,15 +34,18 @@
 //! throughput, hit ratios and resident memory follows.
 //!
 //! ```text
-//! cargo run --release --example demo -- [--dir DIR] [--size MiB] [--cache MiB]
-//!                                        [--page-size KiB] [--ops N]
+//! cargo run --release --example demo -- [--dir DIR] [--size MiB] [--budget MiB]
+//!                                        [--cache MiB] [--page-size KiB] [--ops N]
 //! ```
 //!
 //! * `--dir DIR`: where the data file goes (default: the temp directory);
 //!   it is removed at exit.
 //! * `--size MiB`: size of the data file (default 256).
-//! * `--cache MiB`: umio's cache bound (default: a quarter of the file).
-//! * `--page-size KiB`: umio's fill unit, a multiple of 4 (default 64).
+//! * `--budget MiB`: the memory limit of each side's cgroup (default: a
+//!   quarter of the file).
+//! * `--cache MiB`: umio's cache bound (default: the budget less 16 MiB
+//!   for the process itself, at least half the budget).
+//! * `--page-size KiB`: umio's fill unit, a multiple of 4 (default 4).
 //! * `--ops N`: random reads (default 200000); the write workload makes
 //!   N/8 writes.
 //!
@@ -55,11 +72,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
 const USAGE: &str = "\
-usage: demo [--dir DIR] [--size MiB] [--cache MiB] [--page-size KiB] [--ops N]
+usage: demo [--dir DIR] [--size MiB] [--budget MiB] [--cache MiB] [--page-size KiB] [--ops N]
   --dir DIR         directory of the data file (default: the temp directory)
   --size MiB        size of the data file (default 256)
-  --cache MiB       umio cache bound (default: a quarter of the file)
-  --page-size KiB   umio fill unit, a multiple of 4 (default 64)
+  --budget MiB      memory cgroup limit of each side (default: a quarter of the file)
+  --cache MiB       umio cache bound (default: the budget less 16 MiB, at least half of it)
+  --page-size KiB   umio fill unit, a multiple of 4 (default 4)
   --ops N           random reads (default 200000); writes are N/8
 Other umio settings come from UMIO_* environment variables (Builder::from_env).
 ";
@@ -77,6 +95,15 @@ const TICK: u64 = 4096;
 const VERIFY_SAMPLES: u64 = 2048;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--child") {
+        return match child() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("demo child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match Args::parse().and_then(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -91,10 +118,14 @@ fn run(args: Args) -> Result<()> {
         .size_mib
         .checked_mul(MIB)
         .ok_or("--size is too large")?;
-    let cache = match args.cache_mib {
-        Some(m) => m.checked_mul(MIB).ok_or("--cache is too large")?,
+    let budget = match args.budget_mib {
+        Some(m) => m.checked_mul(MIB).ok_or("--budget is too large")?,
         None => len / 4,
     } as u64;
+    let cache = match args.cache_mib {
+        Some(m) => m.checked_mul(MIB).ok_or("--cache is too large")? as u64,
+        None => budget.saturating_sub(16 << 20).max(budget / 2),
+    };
     let page_size = args
         .page_kib
         .checked_mul(1024)
@@ -126,19 +157,35 @@ fn run(args: Args) -> Result<()> {
             "  the kernel reads ahead up to {kb} KiB on this device (mmap benefits; umio does its own)."
         );
     }
+    let cgroup = Cgroups::detect();
+    match &cgroup {
+        Some(c) => println!(
+            "budget: each side runs in a child process in its own memory cgroup ({}) \
+             limited to {} MiB.",
+            c.describe(),
+            budget >> 20
+        ),
+        None => println!(
+            "budget: NOT ENFORCED: no memory cgroup could be made here (run as root on a \
+             machine with the v1 or v2 memory controller); {} MiB is umio's only.",
+            budget >> 20
+        ),
+    }
     println!(
-        "umio: cache {} MiB ({:.0}% of the file), page size {} KiB.",
+        "umio: cache {} MiB ({:.0}% of the file), page size {} KiB, the file read and \
+         written without the kernel's page cache (UMIO_PAGE_CACHE=1 to keep it).",
         cache / MIB as u64,
         100.0 * cache as f64 / len as f64,
         args.page_kib
     );
     println!(
         "Linux mmap: MAP_SHARED of the file; its memory is the kernel page cache, \
-         NOT bounded by the umio cache size."
+         bounded by the cgroup."
     );
     println!(
         "Every run starts cold: the file's page cache is dropped (fdatasync + \
-         POSIX_FADV_DONTNEED, where the filesystem allows), the mapping and umio runtime are fresh.\n"
+         POSIX_FADV_DONTNEED, where the filesystem allows), the process, mapping and umio \
+         runtime are fresh.\n"
     );
 
     let bench = Bench {
@@ -151,8 +198,8 @@ fn run(args: Args) -> Result<()> {
     };
     let mut runs = Vec::new();
     for workload in [Workload::RandomReads, Workload::Scan, Workload::Writes] {
-        let umio = bench.run_umio(workload)?;
-        let mmap = bench.run_mmap(workload)?;
+        let umio = bench.run_child(data.path(), workload, System::Umio, budget, cgroup.as_ref())?;
+        let mmap = bench.run_child(data.path(), workload, System::Mmap, budget, cgroup.as_ref())?;
         match workload {
             Workload::RandomReads => assert_eq!(
                 umio.checksum, mmap.checksum,
@@ -176,7 +223,7 @@ fn run(args: Args) -> Result<()> {
         runs.push(mmap);
     }
     println!();
-    print_table(&runs, cache);
+    print_table(&runs, cache, cgroup.as_ref().map(|_| budget));
 
     drop(file);
     data.close()?;
@@ -187,6 +234,7 @@ fn run(args: Args) -> Result<()> {
 struct Args {
     dir: PathBuf,
     size_mib: usize,
+    budget_mib: Option<usize>,
     cache_mib: Option<usize>,
     page_kib: usize,
     ops: u64,
@@ -197,8 +245,9 @@ impl Args {
         let mut args = Args {
             dir: std::env::temp_dir(),
             size_mib: 256,
+            budget_mib: None,
             cache_mib: None,
-            page_kib: 64,
+            page_kib: 4,
             ops: 200_000,
         };
         let mut it = std::env::args().skip(1);
@@ -227,6 +276,7 @@ impl Args {
             match flag.as_str() {
                 "--dir" => args.dir = value.into(),
                 "--size" => args.size_mib = number(&value)?,
+                "--budget" => args.budget_mib = Some(number(&value)?),
                 "--cache" => args.cache_mib = Some(number(&value)?),
                 "--page-size" => args.page_kib = number(&value)?,
                 "--ops" => args.ops = number(&value)? as u64,
@@ -424,6 +474,11 @@ struct Run {
     bytes: u64,
     /// umio: cache in use; mmap: pages of the mapping in the page cache.
     resident: u64,
+    /// Bytes of the file in the kernel's page cache after the run.
+    page_cache: u64,
+    /// The cgroup's peak usage and whether it hit its limit (failcnt > 0)
+    /// or killed the process; `None` without a cgroup.
+    cgroup: Option<CgroupUse>,
     checksum: Option<u64>,
     /// Further counters, for the notes under the table.
     detail: String,
@@ -503,6 +558,7 @@ impl Bench<'_> {
             .build()?;
         let writable = workload == Workload::Writes;
         let mut map = rt.map_file(self.file, umio::MapOptions::new().writable(writable))?;
+        let store_name = map.store_name().to_owned();
         let start = Instant::now();
         let checksum = if writable {
             let sum = self.workload(workload, System::Umio, Bytes::Write(map.as_mut_slice()));
@@ -515,10 +571,11 @@ impl Bench<'_> {
         let s = rt.stats();
         map.unmap()?;
         drop(rt);
+        // Before the verification below reads blocks through the cache.
+        let page_cache = FileMap::new(self.file, self.len, false)?.resident_bytes()?;
         if writable {
             self.verify_writes(System::Umio)?;
         }
-        let page_cache = FileMap::new(self.file, self.len, false)?.resident_bytes()?;
         Ok(Run {
             workload,
             system: System::Umio,
@@ -528,12 +585,13 @@ impl Bench<'_> {
             ops: self.ops(workload),
             bytes: self.bytes(workload),
             resident: s.resident_bytes,
+            page_cache,
+            cgroup: None,
             checksum,
             detail: format!(
                 "{} read + {} write misses, {} write-protect faults, {} coalesced; \
                  {} store reads ({} MiB), {} pages prefetched; {} pages evicted ({} dirty), \
-                 {} MiB written back, {} direct reclaims; the kernel's page cache held \
-                 {} MiB of the file at the end (umio reads it with pread)",
+                 {} MiB written back, {} direct reclaims; store: {}",
                 s.read_misses,
                 s.write_misses,
                 s.wp_faults,
@@ -545,7 +603,7 @@ impl Bench<'_> {
                 s.evicted_dirty_pages,
                 s.bytes_written >> 20,
                 s.direct_reclaims,
-                page_cache >> 20,
+                store_name,
             ),
         })
     }
@@ -588,6 +646,8 @@ impl Bench<'_> {
             ops: self.ops(workload),
             bytes: self.bytes(workload),
             resident,
+            page_cache: resident,
+            cgroup: None,
             checksum,
             detail,
         })
@@ -609,6 +669,316 @@ impl Bench<'_> {
             }
         }
         Ok(())
+    }
+}
+
+impl Bench<'_> {
+    /// Runs `workload` on `system` in a child process (this program with
+    /// `--child`), in a fresh memory cgroup limited to `budget` when
+    /// `cgroups` allows; the child reports its [`Run`] on its stdout.
+    fn run_child(
+        &self,
+        path: &Path,
+        workload: Workload,
+        system: System,
+        budget: u64,
+        cgroups: Option<&Cgroups>,
+    ) -> Result<Run> {
+        drop_page_cache(self.file)?;
+        let group = cgroups
+            .map(|c| {
+                c.make(
+                    &format!("umio-demo-{}-{system}", std::process::id()),
+                    budget,
+                )
+            })
+            .transpose()?;
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.arg("--child")
+            .arg(path)
+            .arg(workload.key())
+            .arg(system.to_string())
+            .arg(self.cache.to_string())
+            .arg(self.page_size.to_string())
+            .arg(self.read_ops.to_string())
+            .arg(self.write_ops.to_string())
+            .stdout(std::process::Stdio::piped());
+        if let Some(g) = &group {
+            let procs = std::ffi::CString::new(g.procs_path())?;
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and
+            // calls only open, write and close (async-signal-safe) on a
+            // path prepared before the fork; writing "0" to cgroup.procs
+            // moves the writing process into the cgroup (v1 and v2).
+            unsafe {
+                cmd.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if ok { Ok(()) } else { Err(err) }
+                });
+            }
+        }
+        let out = cmd.output()?;
+        let usage = group.as_ref().map(Cgroup::usage);
+        if let Some(g) = group {
+            g.remove();
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find_map(|l| l.strip_prefix("RUN "));
+        let (Some(line), true) = (line, out.status.success()) else {
+            let killed = usage.as_ref().is_some_and(|u| u.oom_kills > 0);
+            return Err(format!(
+                "{workload} · {system}: the child failed ({}){}",
+                out.status,
+                if killed {
+                    ", killed by the cgroup's OOM killer"
+                } else {
+                    ""
+                }
+            )
+            .into());
+        };
+        let mut run = Run::decode(line, workload, system)?;
+        run.cgroup = usage;
+        Ok(run)
+    }
+}
+
+/// The child side of [`Bench::run_child`]: `--child FILE WORKLOAD SYSTEM
+/// CACHE PAGE_SIZE READ_OPS WRITE_OPS`.
+fn child() -> Result<()> {
+    let a: Vec<String> = std::env::args().skip(2).collect();
+    let [
+        path,
+        workload,
+        system,
+        cache,
+        page_size,
+        read_ops,
+        write_ops,
+    ] = &a[..]
+    else {
+        return Err("--child takes 7 arguments".into());
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let len = usize::try_from(file.metadata()?.len())?;
+    let bench = Bench {
+        file: &file,
+        len,
+        cache: cache.parse()?,
+        page_size: page_size.parse()?,
+        read_ops: read_ops.parse()?,
+        write_ops: write_ops.parse()?,
+    };
+    let workload = Workload::from_key(workload).ok_or("unknown workload")?;
+    let run = match system.as_str() {
+        "umio" => bench.run_umio(workload)?,
+        "mmap" => bench.run_mmap(workload)?,
+        _ => return Err("unknown system".into()),
+    };
+    println!("RUN {}", run.encode());
+    Ok(())
+}
+
+impl Workload {
+    fn key(self) -> &'static str {
+        match self {
+            Workload::RandomReads => "random",
+            Workload::Scan => "scan",
+            Workload::Writes => "writes",
+        }
+    }
+
+    fn from_key(k: &str) -> Option<Workload> {
+        [Workload::RandomReads, Workload::Scan, Workload::Writes]
+            .into_iter()
+            .find(|w| w.key() == k)
+    }
+}
+
+impl Run {
+    /// One line for the parent: the numbers, then the detail.
+    fn encode(&self) -> String {
+        format!(
+            "{} {} {} {} {} {} {} {} {}",
+            self.seconds,
+            self.faults,
+            self.misses,
+            self.ops,
+            self.bytes,
+            self.resident,
+            self.page_cache,
+            self.checksum.map_or("-".to_owned(), |c| c.to_string()),
+            self.detail
+        )
+    }
+
+    fn decode(line: &str, workload: Workload, system: System) -> Result<Run> {
+        let mut it = line.splitn(9, ' ');
+        let mut next = || it.next().ok_or("a short RUN line");
+        let seconds = next()?.parse()?;
+        let faults = next()?.parse()?;
+        let misses = next()?.parse()?;
+        let ops = next()?.parse()?;
+        let bytes = next()?.parse()?;
+        let resident = next()?.parse()?;
+        let page_cache = next()?.parse()?;
+        let checksum = match next()? {
+            "-" => None,
+            c => Some(c.parse()?),
+        };
+        let detail = next()?.to_owned();
+        Ok(Run {
+            workload,
+            system,
+            seconds,
+            faults,
+            misses,
+            ops,
+            bytes,
+            resident,
+            page_cache,
+            cgroup: None,
+            checksum,
+            detail,
+        })
+    }
+}
+
+/// The memory controller of this machine: cgroup v1 or v2.
+struct Cgroups {
+    root: PathBuf,
+    v2: bool,
+}
+
+/// What a run's cgroup recorded.
+#[derive(Clone, Copy)]
+struct CgroupUse {
+    /// Peak usage in bytes (v1 `memory.max_usage_in_bytes`, v2
+    /// `memory.peak`).
+    peak: u64,
+    /// Times usage hit the limit (v1 `memory.failcnt`, v2 `max` events).
+    at_limit: u64,
+    /// Processes the cgroup's OOM killer killed.
+    oom_kills: u64,
+}
+
+/// One run's cgroup.
+struct Cgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl Cgroups {
+    /// The v1 memory controller at /sys/fs/cgroup/memory, else the v2
+    /// hierarchy at /sys/fs/cgroup with the memory controller; `None`
+    /// where neither is writable.
+    fn detect() -> Option<Cgroups> {
+        let v1 = PathBuf::from("/sys/fs/cgroup/memory");
+        let probe = |c: Cgroups| -> Option<Cgroups> {
+            let g = c
+                .make(&format!("umio-demo-{}-probe", std::process::id()), 64 << 20)
+                .ok()?;
+            g.remove();
+            Some(c)
+        };
+        if v1.join("memory.limit_in_bytes").exists() {
+            return probe(Cgroups {
+                root: v1,
+                v2: false,
+            });
+        }
+        let v2 = PathBuf::from("/sys/fs/cgroup");
+        let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            return None;
+        }
+        // Children of the root get the memory controller.
+        let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+        probe(Cgroups { root: v2, v2: true })
+    }
+
+    fn describe(&self) -> String {
+        if self.v2 {
+            format!("cgroup v2, memory.max under {}", self.root.display())
+        } else {
+            format!(
+                "cgroup v1, memory.limit_in_bytes under {}",
+                self.root.display()
+            )
+        }
+    }
+
+    fn make(&self, name: &str, limit: u64) -> Result<Cgroup> {
+        let dir = self.root.join(name);
+        std::fs::create_dir(&dir)
+            .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
+        let g = Cgroup { dir, v2: self.v2 };
+        let r = if self.v2 {
+            std::fs::write(g.dir.join("memory.max"), limit.to_string())
+                .and_then(|()| std::fs::write(g.dir.join("memory.swap.max"), "0").or(Ok(())))
+        } else {
+            std::fs::write(g.dir.join("memory.limit_in_bytes"), limit.to_string())
+        };
+        if let Err(e) = r {
+            g.remove();
+            return Err(format!("setting the cgroup's limit: {e}").into());
+        }
+        Ok(g)
+    }
+}
+
+impl Cgroup {
+    fn procs_path(&self) -> String {
+        self.dir.join("cgroup.procs").display().to_string()
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).unwrap_or_default()
+    }
+
+    fn field(text: &str, key: &str) -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn usage(&self) -> CgroupUse {
+        let num = |f: &str| self.read(f).trim().parse().unwrap_or(0);
+        if self.v2 {
+            let events = self.read("memory.events");
+            CgroupUse {
+                peak: num("memory.peak"),
+                at_limit: Self::field(&events, "max "),
+                oom_kills: Self::field(&events, "oom_kill "),
+            }
+        } else {
+            CgroupUse {
+                peak: num("memory.max_usage_in_bytes"),
+                at_limit: num("memory.failcnt"),
+                oom_kills: Self::field(&self.read("memory.oom_control"), "oom_kill "),
+            }
+        }
+    }
+
+    /// Removes the (empty) cgroup; the page cache still charged to it is
+    /// moved to the parent by the kernel.
+    fn remove(self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        eprintln!("demo: could not remove the cgroup {}", self.dir.display());
     }
 }
 
@@ -777,7 +1147,7 @@ impl Drop for FileMap {
     }
 }
 
-/// What the columns of the table mean (but the last).
+/// What the columns of the table mean.
 const NOTES: &str = "\
 seconds:   the workload alone (writes: including the flush), not setup or verification.
 faults/s:  umio: fault events it served (misses, write-protect faults, coalesced
@@ -785,41 +1155,73 @@ faults/s:  umio: fault events it served (misses, write-protect faults, coalesced
 MB/s:      bytes the workload read or wrote through the mapping (random reads: 8 per
            read; scan: the file; writes: 4 KiB per write), in 10^6 bytes per second.
 hit ratio: 1 - faults that read the file / operations (reads, 64-bit words, writes).
-           umio: misses = read + write misses; a page read ahead is a hit, and a miss
-           may be served from the kernel's page cache rather than the disk, since umio
-           reads the file with pread. mmap: misses = major faults; pages brought in by
-           the kernel's read-around count as hits.
+           umio: misses = read + write misses (a page read ahead is a hit); mmap:
+           misses = major faults (pages brought in by the kernel's read-around are hits).
+cache:     umio: its cache in use at the end of the run; mmap: none of its own.
++ kernel:  the file's pages in the kernel's page cache after the run (mincore of the
+           file): the copy each side caused. For mmap this is all of its cache.
+= memory:  the two added: the file's bytes held in memory, counted the same way for both.
+peak:      the cgroup's peak usage over the run: everything the process was charged
+           (its heap and binary, page tables, umio's cache, the page cache it caused).
+at limit:  times the cgroup's usage hit the limit (the kernel then reclaimed);
+           a side that goes over is reclaimed or killed, never allowed past it.
 ";
 
-fn print_table(runs: &[Run], cache: u64) {
+fn print_table(runs: &[Run], cache: u64, budget: Option<u64>) {
     let mib = |b: u64| b as f64 / MIB as f64;
     let header = format!(
-        "{:<16} | {:<6} | {:>8} | {:>11} | {:>9} | {:>9} | {:>14}",
-        "workload", "system", "seconds", "faults/s", "MB/s", "hit ratio", "resident"
+        "{:<15} | {:<4} | {:>7} | {:>9} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8}",
+        "workload",
+        "side",
+        "seconds",
+        "faults/s",
+        "MB/s",
+        "hit ratio",
+        "cache",
+        "+ kernel",
+        "= memory",
+        "peak",
+        "at limit"
     );
     println!("{header}\n{}", "-".repeat(header.len()));
     for r in runs {
         let hit = 1.0 - (r.misses as f64 / r.ops as f64).min(1.0);
+        let own = if r.system == System::Umio {
+            r.resident
+        } else {
+            0
+        };
+        let (peak, at_limit) = match r.cgroup {
+            Some(u) => (format!("{:.1} MiB", mib(u.peak)), u.at_limit.to_string()),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         println!(
-            "{:<16} | {:<6} | {:>8.3} | {:>11.0} | {:>9.1} | {:>9.4} | {:>10.1} MiB",
+            "{:<15} | {:<4} | {:>7.3} | {:>9.0} | {:>8.1} | {:>9.4} | {:>5.1} MiB | {:>5.1} MiB | {:>5.1} MiB | {:>9} | {:>8}",
             r.workload,
             r.system,
             r.seconds,
             r.faults as f64 / r.seconds,
             r.bytes as f64 / 1e6 / r.seconds,
             hit,
-            mib(r.resident),
+            mib(own),
+            mib(r.page_cache),
+            mib(own + r.page_cache),
+            peak,
+            at_limit,
         );
     }
     print!("\n{NOTES}");
-    println!(
-        "resident:  at the end of the run. umio: its cache in use, bounded by {:.1} MiB; the",
-        mib(cache)
-    );
-    println!("           kernel's page cache that its preads fill is not counted (see below).");
-    println!(
-        "           mmap: pages of the file in the page cache (mincore), which nothing bounds."
-    );
+    match budget {
+        Some(b) => println!(
+            "budget:    {:.1} MiB per side (cgroup limit); umio's cache bound {:.1} MiB.",
+            mib(b),
+            mib(cache)
+        ),
+        None => println!(
+            "budget:    none enforced (no cgroup); umio's cache bound {:.1} MiB.",
+            mib(cache)
+        ),
+    }
     println!();
     for r in runs {
         println!("{} · {}: {}", r.workload, r.system, r.detail);

@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rt = umio::Runtime::builder()
         .cache_bytes(1 << 20) // bound on the resident pages of all regions together
-        .page_size(64 << 10) // default fill unit; a region may choose its own
+        .page_size(4 << 10) // the default fill unit; a region may choose its own
         .fillers(2)
         .build()?;
     let file = std::fs::OpenOptions::new()

@@ -273,7 +273,9 @@ static int set_max_fault_events_0(void) { return umio_config_set_max_fault_event
 static int set_uffd_mode_unknown(void) { return umio_config_set_uffd_mode("sometimes"); }
 static int map_with_cache_of_3_pages(void) {
   /* Accepted by the setter, refused when the runtime starts (fewer than 4
-     pages); the failed start is not remembered. */
+     pages of PAGE, set here: the default is smaller); the failed start is
+     not remembered. */
+  CHECK(umio_config_set_page_size(PAGE) == 0);
   CHECK(umio_config_set_cache_bytes(3 * PAGE) == 0);
   return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE, fd_rw, 0));
 }

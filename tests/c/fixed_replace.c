@@ -30,6 +30,7 @@ static int make_sub_file(char *path, int i, size_t len) {
 
 int main(void) {
   CHECK(umio_config_set_read_ahead(0) == 0);
+  CHECK(umio_config_set_page_size(65536) == 0);
   const size_t psize = umapcfg_get_umap_page_size();
   CHECK(psize == 65536);
   const size_t sub_len = PAGES_PER_FILE * psize;

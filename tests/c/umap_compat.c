@@ -11,6 +11,7 @@
 
 int main(void) {
   CHECK(umap_has_write_support() == 1);
+  CHECK(umio_config_set_page_size(65536) == 0);
   CHECK(umio_config_set_cache_bytes(16 * 65536) == 0); /* 16 pages of 64 KiB */
   CHECK(umio_config_set_read_ahead(0) == 0);
   uint64_t psize = umapcfg_get_umap_page_size();

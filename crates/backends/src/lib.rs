@@ -7,6 +7,10 @@
 //! Implementations here:
 //! - [`FileStore`]: a file or block device through `pread`/`pwrite`/`fdatasync`,
 //!   or a nameless scratch file ([`FileStore::scratch`]).
+//! - [`UncachedFileStore`]: a file read and written without leaving a
+//!   second copy in the kernel's page cache: `O_DIRECT` through io_uring
+//!   where the file system supports it, drop-behind buffered I/O elsewhere.
+//!   What `Runtime::map_file` uses by default.
 //! - [`MemoryStore`]: a growable byte vector, for tests and scratch regions.
 //! - [`CountingStore`]: wraps another store and counts its operations.
 //! - [`FaultyStore`]: wraps another store and fails operations on a
@@ -52,6 +56,7 @@ mod rados;
 mod request;
 #[cfg(feature = "spdk")]
 mod spdk;
+mod uncached;
 mod uring;
 
 pub use counting::{CountingStore, StoreCounts};
@@ -65,6 +70,7 @@ pub use rados::{RadosError, RadosOptions, RadosStats, RadosStore};
 pub use request::IoRequest;
 #[cfg(feature = "spdk")]
 pub use spdk::{SpdkEnv, SpdkEnvOptions, SpdkError, SpdkStats, SpdkStore};
+pub use uncached::{CacheMode, UncachedFileStore, UncachedStats, cached_bytes, dio_alignment};
 pub use uring::{UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS};
 
 /// A backing store for mapped regions.

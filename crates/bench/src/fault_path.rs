@@ -300,8 +300,8 @@ pub fn traced_faults(
         "cache reservation",
         store_read,
         "install (UFFDIO_COPY)",
-        "state update + UFFDIO_WAKE",
-        "wake-up until the thread resumes",
+        "page state update",
+        "UFFDIO_WAKE + wake-up until the thread resumes",
     ];
     let mut sums = [0f64; 8];
     let mut cycles = Vec::with_capacity(faults);
@@ -344,7 +344,9 @@ pub fn traced_faults(
             tr.reserved,
             tr.store_read,
             tr.installed,
-            tr.woken,
+            // Not `woken`: UFFDIO_WAKE may return to the filler after the
+            // thread resumed (the filler preempted on a busy CPU).
+            tr.waking,
             t1,
         ];
         for k in 0..8 {
@@ -468,7 +470,6 @@ struct FloorStamps {
     seq: AtomicU64,
     read_end: AtomicU64,
     filled: AtomicU64,
-    copied: AtomicU64,
 }
 
 fn errno() -> std::io::Error {
@@ -504,7 +505,7 @@ fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> R
         std::thread::spawn(move || floor_handler(uffd, file, pages as u64, &stamps))
     };
     let mut cycles = Vec::with_capacity(faults);
-    let mut sums = [0f64; 4];
+    let mut sums = [0f64; 3];
     for i in 0..pages {
         let t0 = rdtsc();
         // SAFETY: an aligned word within the live mapping.
@@ -518,14 +519,15 @@ fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> R
             continue;
         }
         cycles.push((t1 - t0) as f64);
+        // Not `copied`: UFFDIO_COPY wakes the thread, which may run (and
+        // stamp t1) before the handler is back from the ioctl.
         let s = [
             t0,
             stamps.read_end.load(Ordering::Relaxed),
             stamps.filled.load(Ordering::Relaxed),
-            stamps.copied.load(Ordering::Relaxed),
             t1,
         ];
-        for k in 0..4 {
+        for k in 0..3 {
             sums[k] += s[k + 1] as f64 - s[k] as f64;
         }
     }
@@ -542,8 +544,7 @@ fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> R
         } else {
             "(no store read)"
         },
-        "install (UFFDIO_COPY, wakes the thread)",
-        "wake-up until the thread resumes",
+        "install (UFFDIO_COPY, wakes the thread) until the thread resumes",
     ];
     Ok(PathRow {
         name: name.into(),
@@ -603,7 +604,6 @@ fn floor_handler(
                 return Err(e);
             }
         }
-        stamps.copied.store(rdtsc(), Ordering::Relaxed);
         if stamps.seq.fetch_add(1, Ordering::Release) + 1 == faults {
             return Ok(());
         }

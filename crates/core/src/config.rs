@@ -43,6 +43,7 @@ pub struct Builder {
     promote: PromoteKind,
     uffd_mode: UffdMode,
     trace_faults: bool,
+    page_cache: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -61,6 +62,7 @@ impl std::fmt::Debug for Builder {
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
             .field("trace_faults", &self.trace_faults)
+            .field("page_cache", &self.page_cache)
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +73,7 @@ impl Default for Builder {
             cache_bytes: None,
             cache_auto: None,
             huge_cache_bytes: None,
-            page_size: 64 << 10,
+            page_size: 4 << 10,
             fillers: default_fillers(),
             evictors: 1,
             high_water: 90,
@@ -83,6 +85,7 @@ impl Default for Builder {
             promote: PromoteKind::Never,
             uffd_mode: UffdMode::Auto,
             trace_faults: false,
+            page_cache: false,
         }
     }
 }
@@ -133,6 +136,14 @@ macro_rules! env_parse {
     };
 }
 
+fn on_off(v: &str) -> Option<bool> {
+    match v {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
 fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
     v.parse().ok()
 }
@@ -165,7 +176,7 @@ impl Builder {
     }
 
     /// Default fill unit of regions (a multiple of 4 KiB); a region may
-    /// choose its own with [`MapOptions::page_size`](crate::MapOptions::page_size). Default 64 KiB.
+    /// choose its own with [`MapOptions::page_size`](crate::MapOptions::page_size). Default 4 KiB.
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = bytes;
         self
@@ -289,6 +300,19 @@ impl Builder {
         self
     }
 
+    /// Whether [`Runtime::map_file`](crate::Runtime::map_file) keeps the
+    /// kernel's page cache in the path of its reads and writes (buffered
+    /// `pread`/`pwrite`), as before umio bypassed it. Default off: umio's
+    /// cache is the only cache ([`umio_backends::UncachedFileStore`]:
+    /// `O_DIRECT` where the file system supports it, else
+    /// `POSIX_FADV_DONTNEED` of what was read and written).
+    /// [`MapOptions::page_cache`](crate::MapOptions::page_cache) overrides
+    /// it per mapping.
+    pub fn page_cache(mut self, on: bool) -> Self {
+        self.page_cache = on;
+        self
+    }
+
     /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
     /// `UMIO_HUGE_CACHE_BYTES`, `UMIO_PAGE_SIZE` (sizes accept K, M, G
     /// suffixes), `UMIO_FILLERS`,
@@ -299,7 +323,8 @@ impl Builder {
     /// bytes, 0 for none),
     /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
     /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
-    /// (`auto`, `full` or `user`; see [`UffdMode`]). Unset or empty
+    /// (`auto`, `full` or `user`; see [`UffdMode`]), `UMIO_PAGE_CACHE`
+    /// (`1` or `0`; see [`Builder::page_cache`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
     pub fn from_env(mut self) -> Result<Self> {
         if let Some(v) = env_var("UMIO_CACHE_BYTES") {
@@ -315,6 +340,9 @@ impl Builder {
         }
         if let Some(b) = env_parse!("UMIO_HUGE_CACHE_BYTES", "is not a size", parse_size)? {
             self.huge_cache_bytes = Some(b);
+        }
+        if let Some(on) = env_parse!("UMIO_PAGE_CACHE", "is not 0 or 1", on_off)? {
+            self.page_cache = on;
         }
         if let Some(b) = env_parse!("UMIO_PAGE_SIZE", "is not a size", parse_usize_size)? {
             self.page_size = b;
@@ -460,6 +488,7 @@ impl Builder {
                 cache_auto: self.cache_auto,
                 promote: self.promote,
                 fillers: self.fillers,
+                page_cache: self.page_cache,
             },
             cache_bytes,
             huge_cache_bytes: self.huge_cache_bytes,
@@ -522,6 +551,8 @@ pub(crate) struct Config {
     pub promote: PromoteKind,
     /// Filler threads.
     pub fillers: usize,
+    /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
+    pub page_cache: bool,
 }
 
 /// A checked [`Builder`]: the runtime's [`Config`] and what starting it

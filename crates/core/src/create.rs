@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
-use umio_backends::{FileStore, Store};
+use umio_backends::{FileStore, Store, UncachedFileStore};
 
 use crate::config::{MIN_PAGE_SIZE, validate_page_size};
 use crate::error::{Error, Result};
@@ -22,20 +22,29 @@ use crate::sys::mm;
 
 impl Runtime {
     /// Maps a file. The runtime keeps its own duplicate of the descriptor.
-    /// `opts` must not name a store.
+    /// `opts` must not name a store. By default the file is read and
+    /// written without the kernel's page cache
+    /// ([`umio_backends::UncachedFileStore`]); [`MapOptions::page_cache`]
+    /// or [`Builder::page_cache`](crate::Builder::page_cache) opts back in.
     pub fn map_file(&self, file: &File, opts: MapOptions) -> Result<Mapping> {
         if opts.store.is_some() {
             return Err(Error::InvalidArgument(
                 "map_file takes no store option; use map",
             ));
         }
-        let store = FileStore::new(file).map_err(|e| {
+        let page_cache = opts.page_cache.unwrap_or(self.shared().cfg().page_cache);
+        let store: Arc<dyn Store> = if page_cache {
+            FileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
+        } else {
+            UncachedFileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
+        }
+        .map_err(|e| {
             Error::os(
                 "opening the file store",
                 e.raw_os_error().unwrap_or(libc::EBADF),
             )
         })?;
-        self.map(opts.store(Arc::new(store)))
+        self.map(opts.store(store))
     }
 
     /// Maps the store named by [`MapOptions::store`].

@@ -118,6 +118,7 @@ impl Shared {
                 PageState::Clean
             },
         );
+        self.trace_step(Step::Waking);
         self.uffd().wake(addr, ps);
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));

@@ -37,6 +37,8 @@ pub struct MapOptions {
     pub(crate) hugetlb: Option<bool>,
     pub(crate) promote: Option<PromoteKind>,
     pub(crate) promoter: Option<Arc<dyn Promoter>>,
+    /// `Some(on)`: [`MapOptions::page_cache`].
+    pub(crate) page_cache: Option<bool>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for MapOptions {
             .field("hugetlb", &self.hugetlb)
             .field("promote", &self.promote)
             .field("custom_promoter", &self.promoter.is_some())
+            .field("page_cache", &self.page_cache)
             .finish()
     }
 }
@@ -89,6 +92,19 @@ impl MapOptions {
     /// quarter of the cache.
     pub fn page_size(mut self, bytes: usize) -> Self {
         self.page_size = Some(bytes);
+        self
+    }
+
+    /// For [`Runtime::map_file`]: whether the file is read and written
+    /// through the kernel's page cache too (buffered `pread`/`pwrite`).
+    /// Default: the runtime's ([`Builder::page_cache`](crate::Builder::page_cache),
+    /// off unless `UMIO_PAGE_CACHE=1`): umio's cache is then the only copy
+    /// of the pages it reads (`O_DIRECT` where the file system supports
+    /// it, else the pages read and written are dropped from the kernel's
+    /// cache with `POSIX_FADV_DONTNEED`). Durability is the same either
+    /// way: writes are durable after a flush. Ignored by [`Runtime::map`].
+    pub fn page_cache(mut self, on: bool) -> Self {
+        self.page_cache = Some(on);
         self
     }
 
@@ -320,6 +336,7 @@ impl std::fmt::Debug for Mapping {
             .field("len", &self.region.len)
             .field("page_size", &self.region.page_size)
             .field("writable", &self.region.writable)
+            .field("store", &self.region.store.name())
             .finish()
     }
 }
@@ -351,6 +368,12 @@ impl Mapping {
     /// This region's fill unit.
     pub fn page_size(&self) -> usize {
         self.region.page_size
+    }
+
+    /// The name of the store behind the mapping ([`Store::name`]), e.g.
+    /// `"file (O_DIRECT, io_uring)"` for a file mapped with defaults.
+    pub fn store_name(&self) -> &str {
+        self.region.store.name()
     }
 
     /// Whether the mapping may be written.

@@ -162,6 +162,12 @@ impl Runtime {
         self.inner.shared.cfg().default_page_size
     }
 
+    /// Whether [`map_file`](Runtime::map_file) goes through the kernel's
+    /// page cache by default ([`Builder::page_cache`]).
+    pub fn page_cache(&self) -> bool {
+        self.inner.shared.cfg().page_cache
+    }
+
     /// The kernel features in use.
     pub fn kernel_features(&self) -> KernelFeatures {
         self.inner.shared.features()

@@ -16,9 +16,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// the trap and its delivery to the filler, `read_end - read_begin` the
 /// event read, `filling - read_end` the region and page lookup,
 /// `reserved - filling` the cache reservation, `store_read - reserved` the
-/// store read, `installed - store_read` the `UFFDIO_COPY`, `woken -
-/// installed` the page state update and `UFFDIO_WAKE`, and `(resumed) -
-/// woken` the wake-up until the faulting thread runs again.
+/// store read, `installed - store_read` the `UFFDIO_COPY`, `waking -
+/// installed` the page state update, and `(resumed) - waking` the
+/// `UFFDIO_WAKE` and the wake-up until the faulting thread runs again.
+///
+/// `woken` (when `UFFDIO_WAKE` returned to the filler) is not a phase
+/// boundary: the woken thread may run, even fault again, before the filler
+/// gets the CPU back (on a machine with few CPUs the filler is often
+/// preempted right there), so `(resumed) - woken` can be negative and
+/// `woken - installed` includes time the faulting thread was already
+/// running. Every stamp of one trace is taken by the one filler thread
+/// that served the miss (staged per thread, published together), so
+/// stamps of two fillers are never mixed; stamps of the filler and of the
+/// faulting thread are taken on different CPUs, whose counters agree here
+/// to within a few hundred cycles (`constant_tsc`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultTrace {
     /// Counts traced misses: a new value means a new trace.
@@ -36,7 +47,9 @@ pub struct FaultTrace {
     pub store_read: u64,
     /// `UFFDIO_COPY` returned.
     pub installed: u64,
-    /// The page was unlocked and `UFFDIO_WAKE` returned.
+    /// The page was unlocked; `UFFDIO_WAKE` is called next.
+    pub waking: u64,
+    /// `UFFDIO_WAKE` returned (possibly after the woken thread ran).
     pub woken: u64,
 }
 
@@ -65,14 +78,33 @@ pub(crate) enum Step {
     Reserved = 1,
     StoreRead = 2,
     Installed = 3,
-    Woken = 4,
+    Waking = 4,
+    Woken = 5,
 }
 
-/// Where fillers record the current trace.
+/// Stamps per trace: the event read's two, then one per [`Step`].
+const STAMPS: usize = 8;
+
+std::thread_local! {
+    /// This filler's stamps of the miss it is serving: published together
+    /// once it is served, so that a trace never mixes two fillers' stamps.
+    static STAGED: std::cell::Cell<[u64; STAMPS]> = const { std::cell::Cell::new([0; STAMPS]) };
+}
+
+fn stage(i: usize, v: u64) {
+    STAGED.with(|c| {
+        let mut a = c.get();
+        a[i] = v;
+        c.set(a);
+    });
+}
+
+/// Where fillers publish the most recent trace (a sequence lock: `generation` is
+/// odd while a filler writes).
 #[derive(Default)]
 pub(crate) struct Tracer {
-    read: [AtomicU64; 2],
-    steps: [AtomicU64; 5],
+    stamps: [AtomicU64; STAMPS],
+    generation: AtomicU64,
     seq: AtomicU64,
 }
 
@@ -80,37 +112,125 @@ impl Tracer {
     /// The read that returned events began at `begin` and ended now.
     #[inline]
     pub fn read(&self, begin: u64) {
-        self.read[0].store(begin, Ordering::Relaxed);
-        self.read[1].store(now(), Ordering::Relaxed);
+        stage(0, begin);
+        stage(1, now());
     }
 
     #[inline]
     pub fn step(&self, step: Step) {
-        self.steps[step as usize].store(now(), Ordering::Relaxed);
+        stage(2 + step as usize, now());
     }
 
-    /// The faulting thread was woken: stamps it and publishes the trace.
+    /// `UFFDIO_WAKE` returned: stamps it and publishes this filler's trace.
     #[inline]
     pub fn woken(&self) {
         self.step(Step::Woken);
-        self.seq.fetch_add(1, Ordering::Release);
+        let staged = STAGED.with(std::cell::Cell::get);
+        // Two fillers may finish misses at once: the first to make `generation`
+        // odd writes, the other's trace is dropped (a trace is the most
+        // recent miss, not every one).
+        let g = self.generation.load(Ordering::Relaxed);
+        if g % 2 == 1
+            || self
+                .generation
+                .compare_exchange(g, g + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        for (slot, v) in self.stamps.iter().zip(staged) {
+            slot.store(v, Ordering::Relaxed);
+        }
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        self.generation.store(g + 2, Ordering::Release);
     }
 
     pub fn last(&self) -> Option<FaultTrace> {
-        let seq = self.seq.load(Ordering::Acquire);
-        if seq == 0 {
-            return None;
+        loop {
+            let g = self.generation.load(Ordering::Acquire);
+            if g % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let seq = self.seq.load(Ordering::Relaxed);
+            let s: [u64; STAMPS] = std::array::from_fn(|i| self.stamps[i].load(Ordering::Relaxed));
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.generation.load(Ordering::Relaxed) != g {
+                continue;
+            }
+            if seq == 0 {
+                return None;
+            }
+            return Some(FaultTrace {
+                seq,
+                read_begin: s[0],
+                read_end: s[1],
+                filling: s[2],
+                reserved: s[3],
+                store_read: s[4],
+                installed: s[5],
+                waking: s[6],
+                woken: s[7],
+            });
         }
-        let s = |i: usize| self.steps[i].load(Ordering::Relaxed);
-        Some(FaultTrace {
-            seq,
-            read_begin: self.read[0].load(Ordering::Relaxed),
-            read_end: self.read[1].load(Ordering::Relaxed),
-            filling: s(0),
-            reserved: s(1),
-            store_read: s(2),
-            installed: s(3),
-            woken: s(4),
-        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Two fillers serving misses at once: the published trace holds the
+    /// stamps of the one that published it, none of the other's (before,
+    /// the stamps lived in one shared set, and the other filler's event
+    /// read overwrote the first's).
+    #[test]
+    fn a_trace_holds_one_fillers_stamps() {
+        let t = Arc::new(Tracer::default());
+        let (a_read, b_read) = (now(), now() + (1 << 40));
+        let step = Arc::new(Barrier::new(2));
+        let b = {
+            let (t, step) = (t.clone(), step.clone());
+            std::thread::spawn(move || {
+                step.wait(); // A has read its event.
+                t.read(b_read);
+                t.step(Step::Filling);
+                step.wait(); // A may publish.
+                step.wait(); // A published.
+            })
+        };
+        t.read(a_read);
+        step.wait();
+        step.wait();
+        for s in [
+            Step::Filling,
+            Step::Reserved,
+            Step::StoreRead,
+            Step::Installed,
+            Step::Waking,
+        ] {
+            t.step(s);
+        }
+        t.woken();
+        step.wait();
+        b.join().unwrap();
+        let tr = t.last().expect("a trace");
+        assert_eq!(tr.seq, 1);
+        assert_eq!(tr.read_begin, a_read, "another filler's read in the trace");
+        let stamps = [
+            tr.read_begin,
+            tr.read_end,
+            tr.filling,
+            tr.reserved,
+            tr.store_read,
+            tr.installed,
+            tr.waking,
+            tr.woken,
+        ];
+        assert!(
+            stamps.windows(2).all(|w| w[0] <= w[1]),
+            "stamps of one thread out of order: {tr:?}"
+        );
     }
 }

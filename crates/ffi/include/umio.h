@@ -643,7 +643,7 @@ int umio_unpin(const void *addr, size_t len);
 int umio_config_get(struct umio_config *out);
 
 // Default page size of regions in bytes: a multiple of 4096 up to 1 GiB
-// (default 64 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
+// (default 4 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
 // call, it overrides the environment, works only before the first
 // mapping (after it: -1 with errno `EBUSY`), and fails with `EINVAL` for
 // a value out of range.
@@ -764,6 +764,18 @@ int umio_config_set_read_ahead(size_t bytes);
 // # Safety
 // `name` is NULL (`EINVAL`) or a NUL-terminated string.
 int umio_config_set_uffd_mode(const char *name);
+
+// Whether files mapped with the `pread` backend (the default) are read
+// and written through the kernel's page cache too: `on` nonzero keeps
+// the kernel's copy (buffered `pread`/`pwrite`), 0 (the default) makes
+// umio's cache the only one (`O_DIRECT` where the file system supports
+// it, else the pages read and written are dropped from the kernel's
+// cache). Durability is the same either way. Overrides
+// `UMIO_PAGE_CACHE`; before the first mapping only (after it `EBUSY`).
+//
+// # Safety
+// None.
+int umio_config_set_page_cache(int on);
 
 // 1 if the runtime serves user-mode page faults only, 0 if it runs in
 // full mode; before the first mapping, what a mapping made now would get.

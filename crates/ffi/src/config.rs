@@ -84,6 +84,8 @@ pub(crate) struct Overrides {
     pub read_ahead: Option<usize>,
     pub max_fault_events: Option<u32>,
     pub uffd_mode: Option<UffdMode>,
+    /// `umio_config_set_page_cache`.
+    pub page_cache: Option<bool>,
 }
 
 /// A resolved configuration: what the runtime runs (or will run) with.
@@ -107,6 +109,9 @@ pub(crate) struct Settings {
     pub log_level: Option<LevelFilter>,
     /// Full mode, user-mode-only, or full where allowed (`UMIO_UFFD_MODE`).
     pub uffd_mode: UffdMode,
+    /// Files read and written through the kernel's page cache too
+    /// (`UMIO_PAGE_CACHE`).
+    pub page_cache: bool,
 }
 
 impl Settings {
@@ -119,7 +124,8 @@ impl Settings {
             .watermarks(self.high_water, self.low_water)
             .prefetch(prefetch_kind(self.read_ahead))
             .max_fault_events(self.max_fault_events as usize)
-            .uffd_mode(self.uffd_mode);
+            .uffd_mode(self.uffd_mode)
+            .page_cache(self.page_cache);
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
         }
@@ -245,7 +251,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         Some(p) => p,
         None => match umap_number(env, "UMAP_PAGESIZE")? {
             Some(p) => small(p)?,
-            None => 64 << 10,
+            None => 4 << 10,
         },
     };
     check_page_size(page_size)?;
@@ -319,6 +325,14 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             None => UffdMode::Auto,
         },
     };
+    let page_cache = match o.page_cache {
+        Some(on) => on,
+        None => match var(env, "UMIO_PAGE_CACHE").as_deref().map(str::trim) {
+            Some("1" | "true" | "yes" | "on") => true,
+            Some("0" | "false" | "no" | "off") | None => false,
+            Some(_) => return Err(Errno(libc::EINVAL)),
+        },
+    };
     Ok(Settings {
         page_size,
         cache_bytes,
@@ -333,6 +347,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         max_fault_events,
         log_level,
         uffd_mode,
+        page_cache,
     })
 }
 
@@ -354,6 +369,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
         read_ahead: None,
         max_fault_events: None,
         uffd_mode: None,
+        page_cache: None,
     },
     running: None,
 });
@@ -469,7 +485,8 @@ mod tests {
     #[test]
     fn defaults_are_umios_and_umaps() {
         let s = resolve(&vars(&[]), &Overrides::default()).unwrap();
-        assert_eq!(s.page_size, 64 << 10);
+        assert_eq!(s.page_size, 4 << 10);
+        assert!(!s.page_cache);
         assert_eq!((s.high_water, s.low_water), (90, 70));
         assert_eq!(s.max_fault_events, 256);
         assert_eq!(s.evictors, 1);

@@ -180,7 +180,7 @@ fn setting<T: Default>(f: impl FnOnce(&config::Settings) -> T) -> T {
 }
 
 /// The default page size of regions in bytes (`UMAP_PAGESIZE`; umio's
-/// default is 64 KiB, UMap's the system page size).
+/// default is 4 KiB, as UMap's, the system page size).
 ///
 /// # Safety
 /// None.

@@ -352,7 +352,7 @@ pub(crate) fn map(
     let file = unsafe { File::from_raw_fd(dup) };
     let len_r = len.next_multiple_of(PAGE);
     let (store, cow, writable): (Arc<dyn Store>, _, bool) = if shared {
-        let s = SharedFile::new(&file)?;
+        let s = SharedFile::new(&file, runtime()?.page_cache())?;
         let w = s.is_writable();
         (Arc::new(s), None, w)
     } else {
@@ -361,6 +361,7 @@ pub(crate) fn map(
             off as u64,
             len_r as u64,
             config().scratch_dir.as_deref(),
+            runtime()?.page_cache(),
         )?);
         (c.clone(), Some(c), true)
     };
@@ -907,6 +908,7 @@ pub(crate) fn remap(
                 e.offset,
                 new_r as u64,
                 config().scratch_dir.as_deref(),
+                rt.page_cache(),
             )?);
             // The old mapping's changes move with it: written back to its
             // scratch file first, then copied to the new one.

@@ -11,20 +11,36 @@
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use umio_backends::{FileStore, Store, StoreError, StoreOp};
+use umio_backends::{FileStore, Store, StoreError, StoreOp, UncachedFileStore};
+
+/// The file under a mapping: through the kernel's page cache only when
+/// the runtime says so (`UMIO_PAGE_CACHE=1`); by default umio's cache is
+/// the only one (`O_DIRECT`, or drop-behind where the file system has no
+/// direct I/O). The shim's coherence with `read(2)`/`write(2)` holds either
+/// way: the kernel keeps `O_DIRECT` transfers coherent with its page cache
+/// (a direct read writes back dirty cached pages of its range first, a
+/// direct write invalidates them), and the shim writes umio's dirty pages
+/// back before a `write(2)` and drops them after.
+fn file_store(file: &File, page_cache: bool) -> std::io::Result<Box<dyn Store>> {
+    Ok(if page_cache {
+        Box::new(FileStore::new(file)?)
+    } else {
+        Box::new(UncachedFileStore::new(file)?)
+    })
+}
 
 /// Granule of the copy-on-write bitmap: umio's smallest page.
 const GRANULE: u64 = 4096;
 
 /// A `MAP_SHARED` file.
 pub(crate) struct SharedFile {
-    file: FileStore,
+    file: Box<dyn Store>,
 }
 
 impl SharedFile {
-    pub(crate) fn new(file: &File) -> std::io::Result<SharedFile> {
+    pub(crate) fn new(file: &File, page_cache: bool) -> std::io::Result<SharedFile> {
         Ok(SharedFile {
-            file: FileStore::new(file)?,
+            file: file_store(file, page_cache)?,
         })
     }
 }
@@ -85,7 +101,7 @@ impl Store for SharedFile {
 /// part of the file) is ever written; the scratch file holds it at
 /// `offset - base`.
 pub(crate) struct CopyOnWrite {
-    file: FileStore,
+    file: Box<dyn Store>,
     scratch: FileStore,
     base: u64,
     len: u64,
@@ -99,10 +115,11 @@ impl CopyOnWrite {
         base: u64,
         len: u64,
         scratch_dir: Option<&std::path::Path>,
+        page_cache: bool,
     ) -> std::io::Result<CopyOnWrite> {
         let pages = len.div_ceil(GRANULE);
         Ok(CopyOnWrite {
-            file: FileStore::new(file)?,
+            file: file_store(file, page_cache)?,
             scratch: FileStore::scratch(scratch_dir, pages * GRANULE)?,
             base,
             len,
@@ -235,7 +252,7 @@ mod tests {
     #[test]
     fn private_writes_stay_in_scratch() {
         let (tmp, f) = file_of(&[1u8; 5 * 4096]);
-        let cow = CopyOnWrite::new(&f, 4096, 3 * 4096, None).unwrap();
+        let cow = CopyOnWrite::new(&f, 4096, 3 * 4096, None, false).unwrap();
         cow.write_at(2 * 4096, &[9u8; 4096]).unwrap();
         let mut buf = vec![0u8; 3 * 4096];
         assert_eq!(cow.read_at(4096, &mut buf).unwrap(), 3 * 4096);
@@ -256,7 +273,7 @@ mod tests {
     #[test]
     fn private_reads_past_the_file_are_zero() {
         let (_tmp, f) = file_of(&[3u8; 6000]);
-        let cow = CopyOnWrite::new(&f, 0, 3 * 4096, None).unwrap();
+        let cow = CopyOnWrite::new(&f, 0, 3 * 4096, None, false).unwrap();
         let mut buf = vec![7u8; 3 * 4096];
         assert_eq!(cow.read_at(0, &mut buf).unwrap(), 3 * 4096);
         assert!(buf[..6000].iter().all(|&b| b == 3));
@@ -272,7 +289,7 @@ mod tests {
             .write(true)
             .open(tmp.path())
             .unwrap();
-        let s = SharedFile::new(&f).unwrap();
+        let s = SharedFile::new(&f, false).unwrap();
         s.set_len(1 << 20).unwrap();
         s.write_at(4096, &[2u8; 4096]).unwrap();
         s.write_at(8192, &[2u8; 4096]).unwrap();

@@ -230,7 +230,9 @@ fn private_mappings_never_write_the_file() {
 
 #[test]
 fn partial_munmap_leaves_the_rest_mapped() {
-    kernel_then_shim("partial", 16, true);
+    // The test unmaps one 4 KiB page out of the middle of a larger umio
+    // page: it needs pages larger than the 4 KiB default.
+    kernel_then_shim_with("partial", 16, true, &[("UMIO_PAGE_SIZE", "64k")]);
 }
 
 #[test]
@@ -240,7 +242,9 @@ fn madvise_remove_pageout_and_cold_as_the_kernel() {
 
 #[test]
 fn map_fixed_over_a_file_mapping_replaces_that_part() {
-    let out = kernel_then_shim("fixed", 8, true);
+    // The test maps at addresses that split 64 KiB umio pages: it needs
+    // pages larger than the 4 KiB default.
+    let out = kernel_then_shim_with("fixed", 8, true, &[("UMIO_PAGE_SIZE", "64k")]);
     // a, b, c and d (the refused one is not counted).
     assert_eq!(stat(&out, "file mappings"), 4, "mmap calls served by umio");
 }

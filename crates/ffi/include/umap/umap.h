@@ -30,7 +30,7 @@
  * As in UMap, a variable set to nothing is unset, and so is one of the
  * numbers below set to 0, except UMAP_READ_AHEAD, whose 0 means none:
  *   UMAP_PAGESIZE                   page size in bytes, a multiple of 4096
- *                                   (default 65536; UMap's is 4096)
+ *                                   (default 4096, as UMap's)
  *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE
  *                                   (default: a quarter of physical memory,
  *                                   64 MiB to 4 GiB)

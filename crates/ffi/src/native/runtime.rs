@@ -78,7 +78,7 @@ pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
 }
 
 /// Default page size of regions in bytes: a multiple of 4096 up to 1 GiB
-/// (default 64 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
+/// (default 4 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
 /// call, it overrides the environment, works only before the first
 /// mapping (after it: -1 with errno `EBUSY`), and fails with `EINVAL` for
 /// a value out of range.
@@ -310,6 +310,24 @@ pub unsafe extern "C" fn umio_config_set_uffd_mode(name: *const c_char) -> c_int
             .and_then(UffdMode::from_name)
             .ok_or(Errno(libc::EINVAL))?;
         config::set(|o| o.uffd_mode = Some(mode))?;
+        Ok(0)
+    })
+}
+
+/// Whether files mapped with the `pread` backend (the default) are read
+/// and written through the kernel's page cache too: `on` nonzero keeps
+/// the kernel's copy (buffered `pread`/`pwrite`), 0 (the default) makes
+/// umio's cache the only one (`O_DIRECT` where the file system supports
+/// it, else the pages read and written are dropped from the kernel's
+/// cache). Durability is the same either way. Overrides
+/// `UMIO_PAGE_CACHE`; before the first mapping only (after it `EBUSY`).
+///
+/// # Safety
+/// None.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_page_cache(on: c_int) -> c_int {
+    ffi_boundary!(-1, {
+        config::set(|o| o.page_cache = Some(on != 0))?;
         Ok(0)
     })
 }
