@@ -498,6 +498,7 @@ impl RadosStore {
                 StoreOp::Write => "write",
                 StoreOp::Sync => "flush",
                 StoreOp::Len => "length change",
+                StoreOp::PunchHole => "hole punch",
             };
             RadosError::new(op, self.object_name_at(index), errno)
         })
@@ -774,6 +775,36 @@ impl Store for RadosStore {
 
     fn queue_depth(&self) -> usize {
         self.depth
+    }
+
+    /// Zeroes the range within the store (objects are written with zeros,
+    /// 1 MiB per request, a batch in flight at a time); the length is
+    /// unchanged.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        if !self.writable {
+            return Err(StoreError::new(StoreOp::PunchHole, offset, libc::EBADF));
+        }
+        const CHUNK: u64 = 1 << 20;
+        let end = offset.saturating_add(len).min(self.len.load(Relaxed));
+        let zeros = vec![0u8; CHUNK.min(end.saturating_sub(offset)) as usize];
+        let mut at = offset;
+        while at < end {
+            let mut batch: Vec<IoRequest<'_>> = Vec::new();
+            while at < end && batch.len() < self.depth.max(1) {
+                let n = CHUNK.min(end - at) as usize;
+                batch.push(IoRequest::write(at, &zeros[..n]));
+                at += n as u64;
+            }
+            self.submit(&mut batch);
+            for r in &batch {
+                r.result().unwrap_or(Err(StoreError::new(
+                    StoreOp::Write,
+                    r.offset(),
+                    libc::EIO,
+                )))?;
+            }
+        }
+        Ok(())
     }
 
     fn submit(&self, batch: &mut [IoRequest<'_>]) {

@@ -23,14 +23,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crate::runtime::Shared;
-
 /// How often the bound is reconsidered without a pressure event.
-const PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const PERIOD: Duration = Duration::from_secs(1);
 /// PSI `some avg10` (percent of time stalled) that counts as pressure.
 const PRESSURED: f64 = 10.0;
 
@@ -204,7 +200,7 @@ fn psi_some_avg10() -> Option<f64> {
 /// A PSI trigger: readable (`POLLPRI`) when tasks stalled on memory for
 /// 100 ms within a second. `None` where PSI is absent or the process may
 /// not create triggers; the thread then only wakes every [`PERIOD`].
-fn psi_trigger() -> Option<OwnedFd> {
+pub(crate) fn psi_trigger() -> Option<OwnedFd> {
     let path = c"/proc/pressure/memory";
     // SAFETY: opens a path from a C string literal.
     let fd = unsafe {
@@ -224,50 +220,26 @@ fn psi_trigger() -> Option<OwnedFd> {
     (n > 0).then_some(fd)
 }
 
-/// The `umio-autosize` thread: keeps the regular pool's bound at `share`
-/// of what the process may use, until the runtime shuts down.
-pub(crate) fn autosize_main(shared: Arc<Shared>) {
-    let Some(share) = shared.cfg.cache_auto else {
-        return;
-    };
-    let trigger = psi_trigger();
-    while !shared.is_shutting_down() {
-        shared.autosize_once(share);
-        let mut fds = [
-            libc::pollfd {
-                fd: shared.shutdown_fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: trigger.as_ref().map_or(-1, |t| t.as_raw_fd()),
-                events: libc::POLLPRI,
-                revents: 0,
-            },
-        ];
-        // SAFETY: polls two live pollfd structs (a negative fd is ignored).
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, PERIOD.as_millis() as i32) };
+/// One decision of the automatic bound: the regular pool's new bound, or
+/// `None` to leave `limit` as it is. `used`: the pool's bytes now;
+/// `floor`: the least it may be (4 of the largest page, twice the pinned
+/// bytes).
+pub(crate) fn next_bound(
+    view: &MemoryView,
+    share: f64,
+    used: u64,
+    limit: u64,
+    floor: u64,
+) -> Option<u64> {
+    let mut target = view.target(share, used);
+    if view.pressure > PRESSURED {
+        target = target.min(limit - limit / 4);
     }
-}
-
-impl Shared {
-    /// One decision of the automatic bound (see the module's docs).
-    pub(crate) fn autosize_once(&self, share: f64) {
-        let view = MemoryView::read();
-        let limit = self.budget.limit();
-        let mut target = view.target(share, self.budget.used());
-        if view.pressure > PRESSURED {
-            target = target.min(limit - limit / 4);
-        }
-        let floor = (4 * self.largest_page(false) as u64).max(2 * self.pinned_bytes.load(Relaxed));
-        let target = target.max(floor);
-        if target.abs_diff(limit) < (limit / 16).max(1 << 20) {
-            return;
-        }
-        if let Err(e) = self.set_pool_limit(false, target) {
-            log::debug!("umio: automatic cache bound {target}: {e}");
-        }
+    let target = target.max(floor);
+    if target.abs_diff(limit) < (limit / 16).max(1 << 20) {
+        return None;
     }
+    Some(target)
 }
 
 #[cfg(test)]

@@ -6,16 +6,16 @@
 //! writes and every contiguous run is dropped with one `madvise`.
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
-use crate::fault::Worker;
-use crate::huge::HUGE_PAGE_SIZE;
+use crate::huge::HugeState;
 use crate::region::{Region, RegionTable};
-use crate::runtime::Shared;
+use crate::runs::runs;
+use crate::scratch::Scratch;
+use crate::shared::Shared;
 use crate::sys::mm;
 
 /// Most victims taken per batch (Aquila evicts 512 at a time).
@@ -53,52 +53,36 @@ impl PageOracle for Oracle<'_> {
     }
 }
 
-pub(crate) fn evictor_main(shared: Arc<Shared>) {
-    let mut w = Worker::new();
-    while !shared.is_shutting_down() {
-        shared.evict_signal.wait(Duration::from_millis(100));
-        shared.purge_policy_if_bloated(&shared.budget, &*shared.policy, false);
-        shared.evict_to_low_water(
-            &mut w,
-            &shared.budget,
-            &*shared.policy,
-            shared.cfg.page_size,
-        );
-        if let Some(h) = &shared.huge {
-            shared.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            shared.evict_to_low_water(&mut w, &h.budget, &*h.policy, HUGE_PAGE_SIZE);
+impl Shared {
+    /// One round of an evictor: each pool above its high watermark is
+    /// brought down to its low one, and a policy that tracks far more
+    /// pages than its pool holds drops its stale entries.
+    pub(crate) fn evict_round(&self, w: &mut Scratch) {
+        let pool = self.pool();
+        self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
+        self.evict_to_low_water(w, &pool.budget, &*pool.policy, false);
+        if let Some(h) = self.huge_pool() {
+            self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
+            self.evict_to_low_water(w, &h.budget, &*h.policy, true);
         }
     }
-}
 
-/// Splits sorted page indices into runs of consecutive pages.
-pub(crate) fn runs(pages: &[usize]) -> impl Iterator<Item = Range<usize>> + '_ {
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let start = *pages.get(i)?;
-        let mut end = start + 1;
-        i += 1;
-        while pages.get(i) == Some(&end) {
-            end += 1;
-            i += 1;
-        }
-        Some(start..end)
-    })
-}
-
-impl Shared {
     /// Once one pool is above its high watermark, evicts within it down to
-    /// its low one. `page_size` sizes the batches.
+    /// its low one. Batches are sized by the pool's largest page (the
+    /// runtime's default page size is only the least of them): sized by a
+    /// smaller page, a batch of large pages would evict far below the low
+    /// watermark.
     fn evict_to_low_water(
         &self,
-        w: &mut Worker,
+        w: &mut Scratch,
         budget: &FrameBudget,
         policy: &dyn EvictionPolicy,
-        page_size: usize,
+        huge_pool: bool,
     ) {
         if !budget.above_high() {
             return;
         }
+        let page_size = self.largest_page(huge_pool);
         while budget.used() > budget.low_water() && !self.is_shutting_down() {
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
@@ -106,7 +90,9 @@ impl Shared {
             let freed = self.evict_batch(w, policy, batch);
             if over_bound {
                 // The bound was lowered (`Runtime::set_cache_bytes`).
-                self.stats.shrink_evicted_bytes.fetch_add(freed, Relaxed);
+                self.counters()
+                    .shrink_evicted_bytes
+                    .fetch_add(freed, Relaxed);
             }
             if freed == 0 {
                 // Everything is busy or gone: let the owners finish.
@@ -124,9 +110,9 @@ impl Shared {
         policy: &dyn EvictionPolicy,
         huge_pool: bool,
     ) {
-        let most_pages = budget.limit() / crate::runtime::MIN_PAGE_SIZE as u64;
+        let most_pages = budget.limit() / crate::config::MIN_PAGE_SIZE as u64;
         if policy.tracked() as u64 > 2 * most_pages.min(budget.used() / 4096 + 1024) {
-            let table = self.regions.load();
+            let table = self.regions();
             policy.purge(&Oracle {
                 table: &table,
                 huge_pool,
@@ -138,15 +124,14 @@ impl Shared {
     /// victims are all of that pool's regions). Returns bytes freed.
     pub(crate) fn evict_batch(
         &self,
-        w: &mut Worker,
+        w: &mut Scratch,
         policy: &dyn EvictionPolicy,
         max: usize,
     ) -> u64 {
-        let table = self.regions.load();
+        let table = self.regions();
         w.victims.clear();
         let huge_pool = self
-            .huge
-            .as_ref()
+            .huge_pool()
             .is_some_and(|h| std::ptr::addr_eq(&*h.policy, policy));
         let oracle = Oracle {
             table: &table,
@@ -172,7 +157,7 @@ impl Shared {
                     // hands it back to the policy).
                     Some(s) if region.pages.is_pinned(p) => {
                         if region.pages.unlock(p, s) {
-                            self.uffd.wake(region.page_addr(p), region.page_size);
+                            self.uffd().wake(region.page_addr(p), region.page_size);
                         }
                     }
                     Some(s) => w.locked.push((p, s)),
@@ -215,9 +200,9 @@ impl Shared {
     /// pages, for as long as the eviction takes).
     fn widen_to_promoted(
         &self,
-        w: &mut Worker,
+        w: &mut Scratch,
         region: &Region,
-        h: &crate::huge::HugeState,
+        h: &HugeState,
     ) -> Vec<Range<usize>> {
         let mut added: Vec<(usize, PageState)> = Vec::new();
         let mut pooled = Vec::new();
@@ -243,7 +228,7 @@ impl Shared {
                     Some(s) if region.pages.is_pinned(q) => {
                         whole = false;
                         if region.pages.unlock(q, s) {
-                            self.uffd.wake(region.page_addr(q), region.page_size);
+                            self.uffd().wake(region.page_addr(q), region.page_size);
                         }
                     }
                     Some(s) => added.push((q, s)),
@@ -251,7 +236,7 @@ impl Shared {
                 }
             }
             if !whole {
-                self.stats.demotions.fetch_add(1, Relaxed);
+                self.counters().demotions.fetch_add(1, Relaxed);
             }
         }
         if !added.is_empty() {
@@ -266,7 +251,7 @@ impl Shared {
     /// `pooled`: page ranges, just demoted, whose 2 MiB each are charged to
     /// the huge-page pool: that charge is released, and what of them stays
     /// resident is charged to the region's pool instead.
-    fn evict_locked(&self, w: &mut Worker, region: &Region, pooled: &[Range<usize>]) -> u64 {
+    fn evict_locked(&self, w: &mut Scratch, region: &Region, pooled: &[Range<usize>]) -> u64 {
         w.pages.clear();
         w.pages.extend(
             w.locked
@@ -279,36 +264,34 @@ impl Shared {
         let mut dirty_runs = std::mem::take(&mut w.runs);
         dirty_runs.clear();
         dirty_runs.extend(runs(&w.pages));
-        let mut results = Vec::new();
+        let mut results = std::mem::take(&mut w.write_results);
+        results.clear();
         if !dirty_runs.is_empty() {
             self.write_runs(region, &dirty_runs, &mut results);
         }
-        for (run, r) in dirty_runs.iter().zip(results) {
+        for (run, r) in dirty_runs.iter().zip(results.drain(..)) {
             match r {
                 Ok(()) => {
-                    self.stats
+                    self.counters()
                         .evicted_dirty_pages
                         .fetch_add(run.len() as u64, Relaxed);
                 }
                 Err(e) => {
                     log::warn!("umio: write-back during eviction failed: {e}");
-                    let mut slot = region
-                        .deferred_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
-                    slot.get_or_insert(e);
+                    region.defer_error(e);
                     failed.extend(run.clone());
                 }
             }
         }
         dirty_runs.clear();
         w.runs = dirty_runs;
+        w.write_results = results;
         if !failed.is_empty() {
             // Write-protected and dirty: the next write un-protects them.
             // Still resident, so still eviction candidates.
             for &p in &failed {
                 if region.pages.unlock(p, PageState::Dirty) {
-                    self.uffd.wake(region.page_addr(p), region.page_size);
+                    self.uffd().wake(region.page_addr(p), region.page_size);
                 }
                 self.policy_of(region).restore(region.key(p));
             }
@@ -318,13 +301,13 @@ impl Shared {
         w.pages.extend(w.locked.iter().map(|&(p, _)| p));
         // One system call (and one TLB flush) for the whole batch where the
         // kernel can; what it did not discard goes one run at a time.
-        let ranges: Vec<libc::iovec> = runs(&w.pages)
-            .map(|run| libc::iovec {
-                iov_base: region.page_addr(run.start) as *mut libc::c_void,
-                iov_len: run.len() * region.page_size,
-            })
-            .collect();
-        let discarded = mm::discard_many(&ranges);
+        w.discard.clear();
+        w.discard.extend(runs(&w.pages).map(|run| libc::iovec {
+            iov_base: region.page_addr(run.start) as *mut libc::c_void,
+            iov_len: run.len() * region.page_size,
+        }));
+        let discarded = mm::discard_many(&w.discard);
+        w.discard.clear();
         let mut offset = 0;
         let mut freed = 0u64;
         let mut freed_pooled = 0u64;
@@ -351,7 +334,7 @@ impl Shared {
                         was
                     };
                     if region.pages.unlock(p, to) {
-                        self.uffd.wake(region.page_addr(p), region.page_size);
+                        self.uffd().wake(region.page_addr(p), region.page_size);
                     }
                     self.policy_of(region).restore(region.key(p));
                 }
@@ -363,14 +346,14 @@ impl Shared {
                 let both = run.start.max(r.start)..run.end.min(r.end);
                 freed_pooled += (both.len() * region.page_size) as u64;
             }
-            self.stats
+            self.counters()
                 .evicted_pages
                 .fetch_add(run.len() as u64, Relaxed);
             region.stats.evictions.fetch_add(run.len() as u64, Relaxed);
         }
         let budget = self.budget_of(region);
         budget.release(freed - freed_pooled);
-        if let (false, Some(pool)) = (pooled.is_empty(), &self.huge) {
+        if let (false, Some(pool)) = (pooled.is_empty(), self.huge_pool()) {
             let charged: u64 = pooled
                 .iter()
                 .map(|r| (r.len() * region.page_size) as u64)

@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::padded::CachePadded;
+
 /// Buckets of a [`FaultLatency`]: bucket `i` counts latencies in
 /// `[2^i, 2^(i+1))` nanoseconds, except the first (`[0, 2)`) and the last
 /// (`2^31` ns, about 2.1 s, and more).
@@ -22,12 +24,13 @@ fn bucket_of(ns: u64) -> usize {
     log2.min(LATENCY_BUCKETS - 1)
 }
 
-/// The recording side: one relaxed atomic add per bucket and one for the
-/// sum, from any number of threads at once.
+/// The recording side: one relaxed atomic add to a bucket and one to the
+/// sum, from any number of threads at once. Each bucket has its own cache
+/// line, so fillers recording different latencies do not share one.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyHistogram {
-    buckets: [AtomicU64; LATENCY_BUCKETS],
-    sum_ns: AtomicU64,
+    buckets: [CachePadded<AtomicU64>; LATENCY_BUCKETS],
+    sum_ns: CachePadded<AtomicU64>,
 }
 
 impl LatencyHistogram {

@@ -4,36 +4,50 @@
 //! See [`Runtime`] to start, [`Mapping`] for what a mapped region offers,
 //! and `docs/ARCHITECTURE.md` for how a fault is served.
 
+// Where things live: docs/ARCHITECTURE.md, "Where things live".
 mod autosize;
+mod config;
+mod create;
 mod error;
 mod evict;
 mod fault;
+mod fill;
 pub mod histogram;
 mod huge;
+mod kernel;
 mod mapping;
+mod padded;
 mod parse;
+mod pin;
 mod prefetch;
 mod progress;
-mod ranges;
+mod promote;
 mod region;
+mod runs;
 mod runtime;
+mod scratch;
+mod shared;
 mod spin;
 mod stats;
 mod store_slots;
 mod sys;
+mod threads;
 mod trace;
+mod unmap;
 mod writeback;
 
+pub use config::{
+    Builder, DEFAULT_AUTO_SHARE, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
+    default_fillers, parse_size,
+};
 pub use error::{Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
+pub use kernel::{KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
-pub use runtime::{
-    Builder, DEFAULT_AUTO_SHARE, KernelFeatures, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Runtime, UffdMode,
-    default_cache_bytes, default_fillers, kernel_features,
-};
+pub use runtime::Runtime;
 pub use stats::{RegionStats, Stats};
 pub use trace::{FaultTrace, now as trace_clock};

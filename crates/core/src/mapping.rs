@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
 use crate::prefetch::{Advice, PrefetchKind, Prefetcher};
 use crate::region::Region;
-use crate::runtime::{PrefetchJob, Runtime};
+use crate::runtime::Runtime;
+use crate::shared::PrefetchJob;
 use crate::stats::RegionStats;
 
 /// A fixed address, and whether mapping there replaces what is there.
@@ -799,17 +800,11 @@ impl Mapping {
         if pages.is_empty() {
             return Ok(());
         }
-        let shared = self.rt.shared();
-        let mut q = shared
-            .prefetch_jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        q.push_back(PrefetchJob {
+        self.rt.shared().jobs().push(PrefetchJob {
             region: self.region.clone(),
             pages: vec![pages],
             promote: None,
         });
-        shared.prefetch_signal.notify_one();
         Ok(())
     }
 
@@ -852,17 +847,11 @@ impl Mapping {
                 _ => merged.push(p),
             }
         }
-        let shared = self.rt.shared();
-        let mut q = shared
-            .prefetch_jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        q.push_back(PrefetchJob {
+        self.rt.shared().jobs().push(PrefetchJob {
             region: self.region.clone(),
             pages: merged,
             promote: None,
         });
-        shared.prefetch_signal.notify_one();
         Ok(())
     }
 

@@ -11,16 +11,9 @@ use crate::{PrefetchKind, PromoteKind};
 /// Default largest window of a prefetch policy named without one.
 const DEFAULT_WINDOW: usize = 2 << 20;
 
-/// `4096`, `64k`, `2M`, `1G` (powers of 1024).
+/// A window in bytes ([`parse_size`](crate::parse_size)'s syntax).
 fn size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, shift) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 10),
-        (i, 'm' | 'M') => (&s[..i], 20),
-        (i, 'g' | 'G') => (&s[..i], 30),
-        _ => (s, 0),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+    usize::try_from(crate::parse_size(s)?).ok()
 }
 
 impl FromStr for PrefetchKind {

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 use umio_backends::{Store, StoreError};
@@ -18,6 +18,11 @@ use crate::store_slots::StoreSlots;
 const CLOSING: usize = 1 << (usize::BITS - 1);
 
 /// A mapped region.
+///
+/// The `pub(crate)` fields are fixed by `Region::create` (`create.rs`) and
+/// never change; the state that does change is behind its own type's
+/// methods (`PageTable`, counters, `StoreSlots`, `HugeState`) or in the
+/// private fields below, changed only by the methods of this file.
 pub(crate) struct Region {
     pub id: u64,
     /// First address (aligned to the page size where that is a power of two).
@@ -39,11 +44,11 @@ pub(crate) struct Region {
     advice: ArcSwap<Vec<(Range<u64>, Advice)>>,
     /// The first write-back failure of background eviction, reported by the
     /// next flush.
-    pub deferred_error: Mutex<Option<StoreError>>,
+    deferred_error: Mutex<Option<StoreError>>,
     /// Page ranges unmapped by `unmap_range`; their pages are retired.
     holes: Mutex<Vec<Range<usize>>>,
     /// Serializes `unmap_range` calls on this region.
-    pub unmap_lock: Mutex<()>,
+    unmap_lock: Mutex<()>,
     pub stats: RegionCounters,
     /// Backed by hugetlbfs 2 MiB pages.
     pub hugetlb: bool,
@@ -69,6 +74,9 @@ impl Drop for RegionGuard<'_> {
 }
 
 impl Region {
+    /// The region, with no page resident, in the regular pool and without
+    /// huge pages (see [`with_huge`](Region::with_huge)); `None` if its page
+    /// table cannot be allocated.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u64,
@@ -103,6 +111,41 @@ impl Region {
             huge: None,
             store_slots: StoreSlots::default(),
         })
+    }
+
+    /// The region backed by hugetlbfs pages or not, cached in the huge-page
+    /// pool or not, with promotion state or not; before it is shared.
+    pub fn with_huge(self, hugetlb: bool, huge_pool: bool, huge: Option<HugeState>) -> Region {
+        Region {
+            hugetlb,
+            huge_pool,
+            huge,
+            ..self
+        }
+    }
+
+    /// Keeps a write-back failure of background eviction for the next
+    /// flush (the first one only).
+    pub fn defer_error(&self, e: StoreError) {
+        self.deferred_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    }
+
+    /// The failure kept by [`defer_error`](Region::defer_error), if any,
+    /// taken.
+    pub fn take_deferred_error(&self) -> Option<StoreError> {
+        self.deferred_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Held while a page range of the region is taken out
+    /// (`Shared::take_pages`): one at a time.
+    pub fn serialize_unmaps(&self) -> MutexGuard<'_, ()> {
+        self.unmap_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     #[inline]

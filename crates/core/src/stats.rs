@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::histogram::{FaultLatency, LatencyHistogram};
+use crate::padded::CachePadded;
 
 /// What a [`Stats`] snapshot reads from the runtime besides its counters.
 pub(crate) struct Gauges {
@@ -18,9 +19,11 @@ pub(crate) struct Gauges {
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Each counter on its own cache line: fillers on different CPUs
+        /// bump several of them on every fault.
         #[derive(Default, Debug)]
         pub(crate) struct Counters {
-            $(pub $name: AtomicU64,)*
+            $(pub $name: CachePadded<AtomicU64>,)*
             /// Recorded once per fault event, by the filler that served it.
             pub fault_latency: LatencyHistogram,
         }
@@ -156,9 +159,10 @@ counters! {
 
 macro_rules! region_counters {
     ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// Each counter on its own cache line, as [`Counters`].
         #[derive(Default, Debug)]
         pub(crate) struct RegionCounters {
-            $(pub $name: AtomicU64,)*
+            $(pub $name: CachePadded<AtomicU64>,)*
         }
 
         /// A snapshot of one region's counters, from its map. New fields

@@ -21,11 +21,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering::Relaxed;
-
-use crate::fault::Worker;
-use crate::region::Region;
-use crate::runtime::Shared;
 
 /// A region's fault-path store slots and its queue of fills waiting for one.
 #[derive(Default)]
@@ -50,7 +45,7 @@ impl StoreSlots {
     /// Takes a slot for the fill of `page` (held busy), or, if all `limit`
     /// are taken, queues the fill for a filler in the store. Returns whether
     /// the caller has the slot (and must fill the page).
-    fn enter_or_queue(&self, limit: usize, page: usize, write: bool) -> bool {
+    pub(crate) fn enter_or_queue(&self, limit: usize, page: usize, write: bool) -> bool {
         let mut s = self.lock();
         if s.busy < limit {
             s.busy += 1;
@@ -62,7 +57,7 @@ impl StoreSlots {
     }
 
     /// Takes a slot if one of `limit` is free.
-    fn try_enter(&self, limit: usize) -> bool {
+    pub(crate) fn try_enter(&self, limit: usize) -> bool {
         let mut s = self.lock();
         if s.busy < limit {
             s.busy += 1;
@@ -74,7 +69,7 @@ impl StoreSlots {
 
     /// Gives the caller's slot back, unless a fill is queued: then the
     /// caller keeps its slot and must do that fill.
-    fn leave_or_next(&self) -> Option<(usize, bool)> {
+    pub(crate) fn leave_or_next(&self) -> Option<(usize, bool)> {
         let mut s = self.lock();
         let next = s.queued.pop_front();
         if next.is_none() {
@@ -88,67 +83,6 @@ impl StoreSlots {
     fn load(&self) -> (usize, usize) {
         let s = self.lock();
         (s.busy, s.queued.len())
-    }
-}
-
-impl Shared {
-    /// Slots of each region: all fillers but one.
-    fn store_slot_limit(&self) -> usize {
-        self.cfg.fillers.saturating_sub(1).max(1)
-    }
-
-    /// Fills a missed page this thread holds busy, in one of the region's
-    /// store slots; if none is free, queues the fill for a filler already
-    /// in the region's store and returns at once.
-    pub(crate) fn fill_fault_in_slot(
-        &self,
-        w: &mut Worker,
-        region: &Region,
-        page: usize,
-        write: bool,
-    ) {
-        if w.in_store {
-            self.fill_fault(w, region, page, write);
-            return;
-        }
-        if !region
-            .store_slots
-            .enter_or_queue(self.store_slot_limit(), page, write)
-        {
-            self.stats.queued_fills.fetch_add(1, Relaxed);
-            return;
-        }
-        w.in_store = true;
-        self.fill_fault(w, region, page, write);
-        self.leave_store(w, region);
-    }
-
-    /// Runs read-ahead after a fault in one of the region's store slots, or
-    /// skips it when none is free (the region's store is slow or hung).
-    pub(crate) fn fill_ranges_in_slot(
-        &self,
-        w: &mut Worker,
-        region: &Region,
-        ranges: &[std::ops::Range<usize>],
-    ) {
-        if w.in_store {
-            self.fill_ranges(w, region, ranges, false);
-            return;
-        }
-        if !region.store_slots.try_enter(self.store_slot_limit()) {
-            return;
-        }
-        w.in_store = true;
-        self.fill_ranges(w, region, ranges, false);
-        self.leave_store(w, region);
-    }
-
-    /// Serves the fills queued on the region, then gives the slot back.
-    fn leave_store(&self, w: &mut Worker, region: &Region) {
-        while let Some((page, write)) = region.store_slots.leave_or_next() {
-            self.fill_fault(w, region, page, write);
-        }
-        w.in_store = false;
     }
 }
 

@@ -176,39 +176,6 @@ impl Tracer {
     }
 }
 
-impl crate::runtime::Shared {
-    /// Stamps `step` of the current miss, if tracing is on.
-    #[inline]
-    pub(crate) fn trace_step(&self, step: Step) {
-        if let Some(t) = &self.trace {
-            t.step(step);
-        }
-    }
-
-    /// Stamps the wake-up of the faulting thread and publishes the trace,
-    /// if tracing is on.
-    #[inline]
-    pub(crate) fn trace_woken(&self) {
-        if let Some(t) = &self.trace {
-            t.woken();
-        }
-    }
-
-    /// The counter now if tracing is on (the start of an event read), else 0.
-    #[inline]
-    pub(crate) fn trace_read_begin(&self) -> u64 {
-        if self.trace.is_some() { now() } else { 0 }
-    }
-
-    /// The event read that began at `begin` returned events.
-    #[inline]
-    pub(crate) fn trace_read(&self, begin: u64) {
-        if let Some(t) = &self.trace {
-            t.read(begin);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,9 +12,10 @@ use umio_backends::{IoRequest, StoreError, StoreOp};
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
-use crate::fault::MAX_BATCH_RUNS;
+use crate::fill::{MAX_BATCH_RUNS, PerRun};
 use crate::region::Region;
-use crate::runtime::Shared;
+use crate::runs::per_vma;
+use crate::shared::Shared;
 
 /// Largest single write-back write.
 const MAX_WRITE: usize = 8 << 20;
@@ -34,14 +35,16 @@ impl Shared {
         out: &mut Vec<Result<(), StoreError>>,
     ) {
         out.clear();
-        let mut reqs = Vec::with_capacity(runs.len());
-        let mut which = Vec::with_capacity(runs.len());
+        // On the stack for the runs of one batch; an eviction batch with
+        // more dirty runs than that spills to the heap.
+        let mut reqs: PerRun<IoRequest<'_>> = PerRun::new();
+        let mut which: PerRun<usize> = PerRun::new();
         for (k, run) in runs.iter().enumerate() {
             let addr = region.page_addr(run.start);
             let span = run.len() * region.page_size;
             // Kernels before 6.5 refuse a range across VMAs: pieces then.
-            let protect = crate::fault::per_vma(addr, span, |at, n| {
-                self.uffd.writeprotect(at, n, true, false)
+            let protect = per_vma(addr, span, |at, n| {
+                self.uffd().writeprotect(at, n, true, false)
             });
             if let Err(e) = protect {
                 out.push(Err(StoreError::new(
@@ -68,14 +71,14 @@ impl Shared {
             match req.result() {
                 Some(Ok(_)) => {
                     let valid = req.len() as u64;
-                    self.stats.writeback_ops.fetch_add(1, Relaxed);
-                    self.stats.bytes_written.fetch_add(valid, Relaxed);
+                    self.counters().writeback_ops.fetch_add(1, Relaxed);
+                    self.counters().bytes_written.fetch_add(valid, Relaxed);
                     region.stats.writebacks.fetch_add(1, Relaxed);
                     region.stats.bytes_written.fetch_add(valid, Relaxed);
                     region.dirty.fetch_sub(run.len(), Relaxed);
                 }
                 r => {
-                    self.stats.write_errors.fetch_add(1, Relaxed);
+                    self.counters().write_errors.fetch_add(1, Relaxed);
                     out[k] = Err(match r {
                         Some(Err(e)) => e,
                         // A store that left the request without a result.
@@ -91,11 +94,7 @@ impl Shared {
     /// Reports the first failure, including one from background eviction
     /// since the last flush; failed pages stay dirty.
     pub(crate) fn writeback(&self, region: &Region, pages: Range<usize>) -> Result<()> {
-        let mut first: Option<StoreError> = region
-            .deferred_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let mut first: Option<StoreError> = region.take_deferred_error();
         if let Err(e) = self.write_dirty(region, pages) {
             first.get_or_insert(e);
         }

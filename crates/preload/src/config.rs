@@ -75,18 +75,10 @@ pub(crate) fn var(name: &CStr) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// A size in bytes with an optional K, M, G or T suffix (powers of 1024).
+/// A size in bytes with an optional K, M, G or T suffix (powers of 1024):
+/// core's parser ([`umio_core::parse_size`]), as `usize`.
 pub(crate) fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (digits, shift) = match s.as_bytes().last()?.to_ascii_uppercase() {
-        b'K' => (&s[..s.len() - 1], 10),
-        b'M' => (&s[..s.len() - 1], 20),
-        b'G' => (&s[..s.len() - 1], 30),
-        b'T' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: usize = digits.trim().parse().ok()?;
-    n.checked_mul(1usize.checked_shl(shift)?)
+    umio_core::parse_size(s).and_then(|n| usize::try_from(n).ok())
 }
 
 impl Config {

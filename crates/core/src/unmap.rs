@@ -1,83 +1,59 @@
-//! Operations on page ranges of a region: pinning and partial unmapping.
+//! Unmapping: a whole region (`unmap`), or a page range of one
+//! (`unmap_range`, and `take_pages`, which a `MAP_FIXED` mapping over
+//! older regions uses too). Dirty pages are written back first; the pages
+//! are retired, unregistered and their cache space released.
 
 use std::ops::Range;
-use std::sync::atomic::Ordering::{AcqRel, Relaxed};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use umio_backends::StoreError;
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
-use crate::fault::Worker;
 use crate::region::Region;
-use crate::runtime::Shared;
+use crate::runs::runs;
+use crate::shared::Shared;
 use crate::sys::mm;
 
-/// How often `pin` tries to make its pages resident before it reports the
-/// failure (a store whose reads fail).
-const PIN_ATTEMPTS: usize = 3;
-
 impl Shared {
-    /// Pins the pages and makes them resident: eviction leaves pinned pages
-    /// alone; flush and unmap write them back as any other.
-    pub(crate) fn pin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
-        if region.intersects_hole(&pages) {
-            return Err(Error::NotMapped);
+    /// Writes back, then removes the region. The region is gone whatever
+    /// the write-back's outcome; its error is returned.
+    pub(crate) fn unmap(&self, region: &Arc<Region>) -> Result<()> {
+        region.close();
+        let result = self.writeback(region, 0..region.pages.len());
+        // Held until the memory is unmapped, so that a fixed mapping
+        // replacing part of the region cannot be made in between and then
+        // unmapped here.
+        let w = self.lock_regions();
+        self.withdraw(&w, region.id);
+        // Ranges charged to the huge-page pool come back to the region's
+        // pool, which then releases every resident page.
+        self.demote_range(region, &(0..region.pages.len()));
+        let resident = region.pages.count_resident();
+        let pinned = region.pages.count_pinned();
+        // Unregistering wakes any thread still blocked on the range. Pages
+        // that `unmap_range` took out are no longer ours: leave them.
+        let mut unreg = Ok(());
+        for pages in region.mapped_ranges() {
+            let (addr, len) = (
+                region.page_addr(pages.start),
+                pages.len() * region.page_size,
+            );
+            unreg = unreg.and(self.uffd().unregister(addr, len));
+            let unmapped = mm::unmap(addr, len);
+            assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
         }
-        let newly: Vec<usize> = pages.clone().filter(|&p| region.pages.pin(p)).collect();
-        let bytes = (newly.len() * region.page_size) as u64;
-        let before = self.pinned_bytes.fetch_add(bytes, AcqRel);
-        if before + bytes > self.total_limit() / 2 {
-            self.pinned_bytes.fetch_sub(bytes, AcqRel);
-            for &p in &newly {
-                region.pages.unpin(p);
-            }
-            return Err(Error::PinLimit);
+        drop(w);
+        self.budget_of(region)
+            .release((resident * region.page_size) as u64);
+        self.unpin_bytes((pinned * region.page_size) as u64);
+        self.policy_of(region).forget_region(region.id);
+        if let Some(pool) = self.huge_pool() {
+            pool.policy.forget_region(region.id);
         }
-        let mut w = Worker::new();
-        for _ in 0..PIN_ATTEMPTS {
-            self.fill_ranges(&mut w, region, std::slice::from_ref(&pages), true);
-            // Pages another thread holds busy finish on their own: a fill
-            // installs them, and eviction leaves pinned pages alone.
-            let missing = pages
-                .clone()
-                .any(|p| region.pages.get(p) == Observed::Stable(PageState::Empty));
-            if !missing {
-                w.credit.release_all(&self.budget);
-                return Ok(());
-            }
-        }
-        w.credit.release_all(&self.budget);
-        // The pages stay pinned: the faults that need them read them again
-        // and report the failure.
-        Err(Error::Store(StoreError::new(
-            umio_backends::StoreOp::Read,
-            region.store_offset(pages.start),
-            libc::EIO,
-        )))
-    }
-
-    /// Unpins the pages; resident ones become eviction candidates again.
-    pub(crate) fn unpin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
-        if region.intersects_hole(&pages) {
-            return Err(Error::NotMapped);
-        }
-        let mut unpinned = 0u64;
-        for p in pages {
-            if region.pages.unpin(p) {
-                unpinned += 1;
-                if matches!(
-                    region.pages.get(p),
-                    Observed::Stable(PageState::Clean | PageState::Dirty)
-                        | Observed::Busy(PageState::Clean | PageState::Dirty)
-                ) {
-                    self.policy_of(region).inserted(region.key(p));
-                }
-            }
-        }
-        self.pinned_bytes
-            .fetch_sub(unpinned * region.page_size as u64, AcqRel);
-        Ok(())
+        result?;
+        unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))
     }
 
     /// Writes back, then unmaps the pages of `pages`; the rest of the
@@ -94,13 +70,6 @@ impl Shared {
         result
     }
 
-    /// Publishes `region`'s mapped ranges anew in the region table; the
-    /// caller holds the table's writer lock.
-    pub(crate) fn republish(&self, _writer: &MutexGuard<'_, ()>, region: &Arc<Region>) {
-        self.regions
-            .store(Arc::new(self.regions.load().reshaped(region)));
-    }
-
     /// The body of [`unmap_range`](Shared::unmap_range): retires `pages`
     /// after writing them back, and unregisters them. With `release`
     /// their memory is unmapped; without, it stays mapped (and no longer
@@ -113,7 +82,7 @@ impl Shared {
         pages: Range<usize>,
         release: bool,
     ) -> Result<()> {
-        let _serial = region.unmap_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = region.serialize_unmaps();
         if pages.is_empty() || region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }
@@ -143,7 +112,7 @@ impl Shared {
             }
         }
         let mut first: Option<StoreError> = None;
-        let runs: Vec<Range<usize>> = crate::evict::runs(&dirty).collect();
+        let runs: Vec<Range<usize>> = runs(&dirty).collect();
         let mut results = Vec::new();
         self.write_runs(region, &runs, &mut results);
         for (run, r) in runs.iter().zip(results) {
@@ -159,7 +128,7 @@ impl Shared {
             region.page_addr(pages.start),
             pages.len() * region.page_size,
         );
-        let unreg = self.uffd.unregister(addr, len);
+        let unreg = self.uffd().unregister(addr, len);
         if release {
             let unmapped = mm::unmap(addr, len);
             assert!(
@@ -173,8 +142,7 @@ impl Shared {
         region.add_hole(pages);
         self.budget_of(region)
             .release((resident * region.page_size) as u64);
-        self.pinned_bytes
-            .fetch_sub((pinned * region.page_size) as u64, AcqRel);
+        self.unpin_bytes((pinned * region.page_size) as u64);
         if let Err(e) = region.store.sync() {
             first.get_or_insert(e);
         }

@@ -1,0 +1,590 @@
+//! Configuration of a runtime: [`Builder`] with its defaults and checks,
+//! the `UMIO_*` environment variables ([`Builder::from_env`]), and the one
+//! size parser ([`parse_size`]) that the C library and the shim use too.
+//!
+//! [`Builder::build`] (in `runtime.rs`) checks a builder into [`Settings`]
+//! and starts the runtime from them.
+
+use std::time::Duration;
+
+use umio_cache::{EvictionPolicy, PolicyKind};
+
+use crate::error::{Error, Result};
+use crate::huge::{HUGE_PAGE_SIZE, PromoteKind};
+use crate::kernel::UffdMode;
+use crate::prefetch::PrefetchKind;
+use crate::spin::FillerWait;
+
+/// Smallest fill unit: the system page.
+pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest fill unit accepted.
+pub const MAX_PAGE_SIZE: usize = 1 << 30;
+
+enum PolicySpec {
+    Builtin(PolicyKind),
+    Custom(Box<dyn EvictionPolicy>),
+}
+
+/// Configuration of a [`Runtime`](crate::Runtime); see [`Runtime::builder`](crate::Runtime::builder).
+pub struct Builder {
+    cache_bytes: Option<u64>,
+    /// `Some(share)`: the automatic bound ([`Builder::cache_bytes_auto`]).
+    cache_auto: Option<f64>,
+    huge_cache_bytes: Option<u64>,
+    page_size: usize,
+    fillers: usize,
+    evictors: usize,
+    high_water: u8,
+    low_water: u8,
+    policy: PolicySpec,
+    prefetch: PrefetchKind,
+    filler_spin: Option<Duration>,
+    max_fault_events: usize,
+    promote: PromoteKind,
+    uffd_mode: UffdMode,
+    trace_faults: bool,
+    page_cache: bool,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("huge_cache_bytes", &self.huge_cache_bytes)
+            .field("page_size", &self.page_size)
+            .field("fillers", &self.fillers)
+            .field("evictors", &self.evictors)
+            .field("high_water", &self.high_water)
+            .field("low_water", &self.low_water)
+            .field("prefetch", &self.prefetch)
+            .field("filler_spin", &self.filler_spin)
+            .field("max_fault_events", &self.max_fault_events)
+            .field("promote", &self.promote)
+            .field("uffd_mode", &self.uffd_mode)
+            .field("trace_faults", &self.trace_faults)
+            .field("page_cache", &self.page_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            cache_bytes: None,
+            cache_auto: None,
+            huge_cache_bytes: None,
+            page_size: 4 << 10,
+            fillers: default_fillers(),
+            evictors: 1,
+            high_water: 90,
+            low_water: 70,
+            policy: PolicySpec::Builtin(PolicyKind::default()),
+            prefetch: PrefetchKind::default(),
+            filler_spin: None,
+            max_fault_events: 64,
+            promote: PromoteKind::Never,
+            uffd_mode: UffdMode::Auto,
+            trace_faults: false,
+            page_cache: false,
+        }
+    }
+}
+
+/// A size in bytes: a decimal number with an optional `K`, `M`, `G` or `T`
+/// suffix (powers of 1024, any case), white space around it ignored, as
+/// every `UMIO_*` and `UMAP_*` size variable takes it. `None` if malformed
+/// or larger than `u64`.
+///
+/// ```
+/// assert_eq!(umio_core::parse_size(" 64K"), Some(64 << 10));
+/// assert_eq!(umio_core::parse_size("2m"), Some(2 << 20));
+/// assert_eq!(umio_core::parse_size("-1"), None);
+/// ```
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The environment variable `name` read by `parse` (given it trimmed):
+/// `None` if unset or empty, `InvalidArgument(bad)` if `parse` refuses it.
+fn env_parse<T>(
+    name: &str,
+    bad: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>> {
+    match env_var(name) {
+        None => Ok(None),
+        Some(v) => parse(v.trim()).map(Some).ok_or(Error::InvalidArgument(bad)),
+    }
+}
+
+/// [`env_parse`] with the message "`NAME` `what`".
+macro_rules! env_parse {
+    ($name:literal, $what:literal, $parse:expr) => {
+        env_parse($name, concat!($name, " ", $what), $parse)
+    };
+}
+
+fn on_off(v: &str) -> Option<bool> {
+    match v {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
+    v.parse().ok()
+}
+
+fn parse_usize_size(v: &str) -> Option<usize> {
+    parse_size(v).and_then(|n| usize::try_from(n).ok())
+}
+
+impl Builder {
+    /// Bound on the bytes of all regions' resident pages together. Default:
+    /// a quarter of physical memory, at most 4 GiB.
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = Some(bytes);
+        self.cache_auto = None;
+        self
+    }
+
+    /// An automatic cache bound: `share` (more than 0, at most 1) of the
+    /// memory left for umio, re-checked every second and on memory
+    /// pressure: the process's memory cgroup limit (v1 or v2) less the
+    /// cgroup's other memory, or without a limit the machine's available
+    /// memory. The cache shrinks (evicting in the background) when the
+    /// limit is lowered or other memory grows, and grows back. How it
+    /// decides: `docs/ARCHITECTURE.md`, "The automatic cache bound".
+    /// `UMIO_CACHE_BYTES=auto` (share 0.5) or `auto:0.7`.
+    pub fn cache_bytes_auto(mut self, share: f64) -> Self {
+        self.cache_auto = Some(share);
+        self.cache_bytes = None;
+        self
+    }
+
+    /// Default fill unit of regions (a multiple of 4 KiB); a region may
+    /// choose its own with [`MapOptions::page_size`](crate::MapOptions::page_size). Default 4 KiB.
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = bytes;
+        self
+    }
+
+    /// Threads that read fault events and fill pages. Default: the number
+    /// of CPUs, 1 to 4.
+    pub fn fillers(mut self, n: usize) -> Self {
+        self.fillers = n;
+        self
+    }
+
+    /// Background eviction threads (0: fillers evict for themselves when
+    /// the cache is full). Default 1.
+    pub fn evictors(mut self, n: usize) -> Self {
+        self.evictors = n;
+        self
+    }
+
+    /// Background eviction starts when the cache is `high` percent full and
+    /// stops at `low` percent. Default 90 and 70.
+    pub fn watermarks(mut self, high: u8, low: u8) -> Self {
+        self.high_water = high;
+        self.low_water = low;
+        self
+    }
+
+    /// A built-in eviction policy, for all regions of the runtime (they
+    /// share one cache). Default CLOCK; [`PolicyKind::TwoQ`] keeps a working
+    /// set through scans that run alongside it.
+    pub fn eviction(mut self, kind: PolicyKind) -> Self {
+        self.policy = PolicySpec::Builtin(kind);
+        self
+    }
+
+    /// An eviction policy of the application's own.
+    pub fn eviction_policy(mut self, policy: Box<dyn EvictionPolicy>) -> Self {
+        self.policy = PolicySpec::Custom(policy);
+        self
+    }
+
+    /// Default prefetch policy of regions. Default: sequential read-ahead
+    /// up to 2 MiB.
+    pub fn prefetch(mut self, kind: PrefetchKind) -> Self {
+        self.prefetch = kind;
+        self
+    }
+
+    /// A second cache pool of `bytes` for huge pages (xmap's two pools):
+    /// regions with 2 MiB (or larger) pages (hugetlbfs regions, regions
+    /// mapped with 2 MiB pages) and 2 MiB ranges promoted to transparent
+    /// huge pages ([`MapOptions::promote`](crate::MapOptions::promote)).
+    /// Huge pages are reserved from, and evicted within, this pool, by a
+    /// policy of their own, so that a scan through huge pages never evicts
+    /// the small pages of other regions, nor the reverse. A promoted range
+    /// moves its 2 MiB into this pool when it is promoted (evicting older
+    /// huge pages if needed; if it cannot, it stays in its region's pool)
+    /// and back when it is split. `cache_bytes` then bounds the small
+    /// pages; the process's cache is the sum. The huge pool's policy is the
+    /// runtime's built-in policy (the default one if the runtime's is the
+    /// application's own), and its watermarks are the runtime's.
+    ///
+    /// Default: no huge pool; every region shares `cache_bytes`.
+    pub fn huge_cache_bytes(mut self, bytes: u64) -> Self {
+        self.huge_cache_bytes = Some(bytes);
+        self
+    }
+
+    /// Default huge-page promotion policy of regions whose page size
+    /// divides 2 MiB (see [`MapOptions::promote`](crate::MapOptions::promote)). Default: never.
+    pub fn promote(mut self, kind: PromoteKind) -> Self {
+        self.promote = kind;
+        self
+    }
+
+    /// How long every filler keeps polling for fault events after the last
+    /// one before it sleeps; zero: fillers sleep at once. Default: neither
+    /// fixed, but measured: the runtime times its fault events with
+    /// fillers sleeping and with one filler polling for 50 us, runs the
+    /// faster way, and tries the other now and then
+    /// ([`Stats::filler_poll_windows`](crate::Stats::filler_poll_windows) says how often each ran).
+    ///
+    /// Which is faster depends on the machine's other load. On a 2-vCPU
+    /// virtual machine (`examples/fault_path.rs`), a cold 4 KiB fault took
+    /// 38-52 us with fillers sleeping and 22-29 us with one polling when
+    /// the machine was otherwise idle (a sleeping filler is woken on the
+    /// idle CPU, and wakes the faulting thread back across CPUs), but
+    /// 10-13 us sleeping and 19-23 us polling with the other CPU busy (the
+    /// kernel then wakes the filler on the faulting thread's own CPU).
+    /// With the default the fault took 18-25 us and 10-13 us.
+    pub fn filler_spin(mut self, spin: Duration) -> Self {
+        self.filler_spin = Some(spin);
+        self
+    }
+
+    /// Most fault events a filler reads with one `read(2)`, 1 to 4096.
+    /// Default 64.
+    pub fn max_fault_events(mut self, n: usize) -> Self {
+        self.max_fault_events = n;
+        self
+    }
+
+    /// Which faults the runtime's userfaultfd receives. Default
+    /// [`UffdMode::Auto`]: full mode (faults raised by the kernel served
+    /// too, so a mapped buffer can be passed to any system call) where the
+    /// process may open it (root, `CAP_SYS_PTRACE`,
+    /// `vm.unprivileged_userfaultfd=1`, or read-write access to
+    /// `/dev/userfaultfd`), else user-mode-only, reported by
+    /// [`Runtime::user_mode_only`](crate::Runtime::user_mode_only). [`UffdMode::Full`] refuses the
+    /// fallback.
+    pub fn uffd_mode(mut self, mode: UffdMode) -> Self {
+        self.uffd_mode = mode;
+        self
+    }
+
+    /// Records the time stamp counter at each step of every miss, for
+    /// benchmarks: [`Runtime::last_fault_trace`](crate::Runtime::last_fault_trace) returns the most recent.
+    /// Default off; off, the fault path only tests that it is off.
+    pub fn trace_faults(mut self, on: bool) -> Self {
+        self.trace_faults = on;
+        self
+    }
+
+    /// Whether [`Runtime::map_file`](crate::Runtime::map_file) keeps the
+    /// kernel's page cache in the path of its reads and writes (buffered
+    /// `pread`/`pwrite`), as before umio bypassed it. Default off: umio's
+    /// cache is the only cache ([`umio_backends::UncachedFileStore`]:
+    /// `O_DIRECT` where the file system supports it, else
+    /// `POSIX_FADV_DONTNEED` of what was read and written).
+    /// [`MapOptions::page_cache`](crate::MapOptions::page_cache) overrides
+    /// it per mapping.
+    pub fn page_cache(mut self, on: bool) -> Self {
+        self.page_cache = on;
+        self
+    }
+
+    /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
+    /// `UMIO_HUGE_CACHE_BYTES`, `UMIO_PAGE_SIZE` (sizes accept K, M, G
+    /// suffixes), `UMIO_FILLERS`,
+    /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
+    /// (percent), `UMIO_EVICTION` (`fifo`, `clock`, `lru` or `2q`; see
+    /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
+    /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
+    /// bytes, 0 for none),
+    /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
+    /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
+    /// (`auto`, `full` or `user`; see [`UffdMode`]), `UMIO_PAGE_CACHE`
+    /// (`1` or `0`; see [`Builder::page_cache`]). Unset or empty
+    /// variables leave the setting alone; a malformed one is an error.
+    pub fn from_env(mut self) -> Result<Self> {
+        if let Some(v) = env_var("UMIO_CACHE_BYTES") {
+            let bad = Error::InvalidArgument("UMIO_CACHE_BYTES is not a size, auto or auto:SHARE");
+            match v.trim().strip_prefix("auto") {
+                Some("") => self = self.cache_bytes_auto(DEFAULT_AUTO_SHARE),
+                Some(share) => {
+                    let share = share.strip_prefix(':').ok_or(bad.clone())?;
+                    self = self.cache_bytes_auto(share.trim().parse().map_err(|_| bad)?);
+                }
+                None => self = self.cache_bytes(parse_size(&v).ok_or(bad)?),
+            }
+        }
+        if let Some(b) = env_parse!("UMIO_HUGE_CACHE_BYTES", "is not a size", parse_size)? {
+            self.huge_cache_bytes = Some(b);
+        }
+        if let Some(on) = env_parse!("UMIO_PAGE_CACHE", "is not 0 or 1", on_off)? {
+            self.page_cache = on;
+        }
+        if let Some(b) = env_parse!("UMIO_PAGE_SIZE", "is not a size", parse_usize_size)? {
+            self.page_size = b;
+        }
+        if let Some(n) = env_parse!("UMIO_FILLERS", "is not a number", number)? {
+            self.fillers = n;
+        }
+        if let Some(n) = env_parse!("UMIO_EVICTORS", "is not a number", number)? {
+            self.evictors = n;
+        }
+        if let Some(p) = env_parse!("UMIO_EVICT_HIGH_WATER", "is not a percentage", number)? {
+            self.high_water = p;
+        }
+        if let Some(p) = env_parse!("UMIO_EVICT_LOW_WATER", "is not a percentage", number)? {
+            self.low_water = p;
+        }
+        let eviction = env_parse!(
+            "UMIO_EVICTION",
+            "must be fifo, clock, lru or 2q",
+            PolicyKind::from_name
+        );
+        if let Some(k) = eviction? {
+            self.policy = PolicySpec::Builtin(k);
+        }
+        if let Some(v) = env_var("UMIO_FILLER_SPIN_US") {
+            self.filler_spin = if v.trim().eq_ignore_ascii_case("auto") {
+                None
+            } else {
+                let us: u64 = v.trim().parse().map_err(|_| {
+                    Error::InvalidArgument("UMIO_FILLER_SPIN_US is not a number or auto")
+                })?;
+                Some(Duration::from_micros(us))
+            };
+        }
+        let kind = match env_var("UMIO_PREFETCH") {
+            None => None,
+            Some(v) => {
+                let v = v.trim().to_ascii_lowercase();
+                match v.as_str() {
+                    "none" | "sequential" | "stride" => Some(v),
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "UMIO_PREFETCH must be none, sequential or stride",
+                        ));
+                    }
+                }
+            }
+        };
+        let window = env_parse!("UMIO_READAHEAD", "is not a size", parse_usize_size)?;
+        let promote = env_parse!(
+            "UMIO_PROMOTE",
+            "must be never, always or sequential",
+            PromoteKind::from_name
+        );
+        if let Some(k) = promote? {
+            self.promote = k;
+        }
+        let mode = env_parse!(
+            "UMIO_UFFD_MODE",
+            "must be auto, full or user",
+            UffdMode::from_name
+        );
+        if let Some(m) = mode? {
+            self.uffd_mode = m;
+        }
+        if kind.is_some() || window.is_some() {
+            let (was_stride, was_window) = match self.prefetch {
+                PrefetchKind::None => (false, 2 << 20),
+                PrefetchKind::Sequential { max_window } => (false, max_window),
+                PrefetchKind::Stride { max_window } => (true, max_window),
+            };
+            let max_window = window.unwrap_or(was_window);
+            let stride = kind.as_deref().map_or(was_stride, |k| k == "stride");
+            self.prefetch = if kind.as_deref() == Some("none") || max_window == 0 {
+                PrefetchKind::None
+            } else if stride {
+                PrefetchKind::Stride { max_window }
+            } else {
+                PrefetchKind::Sequential { max_window }
+            };
+        }
+        Ok(self)
+    }
+
+    /// Checks the configuration: what [`build`](Builder::build) starts a
+    /// runtime from.
+    pub(crate) fn validate(self) -> Result<Settings> {
+        if let Some(share) = self.cache_auto
+            && !(share > 0.0 && share <= 1.0)
+        {
+            return Err(Error::InvalidArgument(
+                "the automatic cache share must be more than 0 and at most 1",
+            ));
+        }
+        let cache_bytes = match self.cache_auto {
+            Some(share) => crate::autosize::MemoryView::read()
+                .target(share, 0)
+                .max(4 * self.page_size as u64),
+            None => self.cache_bytes.unwrap_or_else(default_cache_bytes),
+        };
+        validate_page_size(self.page_size)?;
+        if self.fillers == 0 || self.fillers > 256 {
+            return Err(Error::InvalidArgument("fillers must be 1 to 256"));
+        }
+        if !(1..=4096).contains(&self.max_fault_events) {
+            return Err(Error::InvalidArgument("max_fault_events must be 1 to 4096"));
+        }
+        if self.evictors > 64 {
+            return Err(Error::InvalidArgument("evictors must be 0 to 64"));
+        }
+        if self.high_water == 0 || self.high_water > 100 || self.low_water > self.high_water {
+            return Err(Error::InvalidArgument(
+                "watermarks must satisfy 0 <= low <= high <= 100 and high > 0",
+            ));
+        }
+        if cache_bytes < 4 * self.page_size as u64 {
+            return Err(Error::InvalidArgument(
+                "cache_bytes must hold at least 4 pages",
+            ));
+        }
+        if self
+            .huge_cache_bytes
+            .is_some_and(|b| b < 4 * HUGE_PAGE_SIZE as u64)
+        {
+            return Err(Error::InvalidArgument(
+                "huge_cache_bytes must hold at least 4 huge pages (8 MiB)",
+            ));
+        }
+        let (policy, huge_policy) = match self.policy {
+            PolicySpec::Builtin(k) => (k.build(), k),
+            PolicySpec::Custom(p) => (p, PolicyKind::default()),
+        };
+        Ok(Settings {
+            cfg: Config {
+                default_page_size: self.page_size,
+                prefetch: self.prefetch,
+                credit_batch: (cache_bytes / 256).min(1 << 20),
+                filler_wait: match self.filler_spin {
+                    Some(d) => FillerWait::Fixed(d.min(Duration::from_secs(1))),
+                    None => FillerWait::Adaptive,
+                },
+                max_fault_events: self.max_fault_events,
+                cache_auto: self.cache_auto,
+                promote: self.promote,
+                fillers: self.fillers,
+                page_cache: self.page_cache,
+            },
+            cache_bytes,
+            huge_cache_bytes: self.huge_cache_bytes,
+            high_water: self.high_water,
+            low_water: self.low_water,
+            policy,
+            huge_policy,
+            evictors: self.evictors,
+            uffd_mode: self.uffd_mode,
+            trace_faults: self.trace_faults,
+        })
+    }
+}
+
+/// The share of `UMIO_CACHE_BYTES=auto`.
+pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
+
+pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
+    if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) || !bytes.is_multiple_of(MIN_PAGE_SIZE) {
+        return Err(Error::InvalidArgument(
+            "page size must be a multiple of 4096 between 4 KiB and 1 GiB",
+        ));
+    }
+    Ok(())
+}
+
+/// The default number of fillers: the number of CPUs, 1 to 4.
+pub fn default_fillers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
+}
+
+/// The default cache bound: a quarter of physical memory, 64 MiB to 4 GiB.
+pub fn default_cache_bytes() -> u64 {
+    // SAFETY: sysconf reads a system constant.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let total = if pages > 0 {
+        pages as u64 * 4096
+    } else {
+        1 << 30
+    };
+    (total / 4).clamp(64 << 20, 4 << 30)
+}
+
+/// What the runtime's threads read of the configuration, fixed at build.
+pub(crate) struct Config {
+    /// Default fill unit of new regions (a region may have its own: read
+    /// `Region::page_size` for the pages of a region).
+    pub default_page_size: usize,
+    /// Default prefetch policy of new regions.
+    pub prefetch: PrefetchKind,
+    /// Bytes a thread reserves from the budget at once.
+    pub credit_batch: u64,
+    /// `Some(share)`: the automatic cache bound.
+    pub cache_auto: Option<f64>,
+    /// How fillers wait for events.
+    pub filler_wait: FillerWait,
+    /// Fault events read at once.
+    pub max_fault_events: usize,
+    /// Default promotion policy.
+    pub promote: PromoteKind,
+    /// Filler threads.
+    pub fillers: usize,
+    /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
+    pub page_cache: bool,
+}
+
+/// A checked [`Builder`]: the runtime's [`Config`] and what starting it
+/// takes.
+pub(crate) struct Settings {
+    pub cfg: Config,
+    /// The regular pool's bound at start.
+    pub cache_bytes: u64,
+    pub huge_cache_bytes: Option<u64>,
+    pub high_water: u8,
+    pub low_water: u8,
+    /// The regular pool's policy.
+    pub policy: Box<dyn EvictionPolicy>,
+    /// The kind of the huge-page pool's policy.
+    pub huge_policy: PolicyKind,
+    pub evictors: usize,
+    pub uffd_mode: UffdMode,
+    pub trace_faults: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size(" 2m "), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+}

@@ -1,0 +1,612 @@
+//! Filling pages: a miss (`fill_fault`), read-ahead after a fault
+//! (`prefetch_after`) and batches of ranges (`fill_ranges`, behind
+//! prefetch, pin and promotion); the cache reservation they make first,
+//! with direct reclaim when the cache is full (`reserve`); installing the
+//! bytes (`UFFDIO_COPY`, `install`) or, when a read fails, poisoning the
+//! pages so that the faulting threads get SIGBUS; and the per-region store
+//! slots that keep a hung store from taking every filler (see
+//! `store_slots.rs`).
+
+use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+use umio_backends::{IoRequest, StoreError};
+use umio_cache::PageState;
+
+use crate::prefetch::{Fault, FaultKind};
+use crate::region::Region;
+use crate::runs::per_vma;
+use crate::scratch::Scratch;
+use crate::shared::Shared;
+use crate::sys::mm;
+use crate::trace::Step;
+
+/// Largest run of pages filled by one store read and one copy.
+const MAX_FILL_RUN: usize = 2 << 20;
+/// Largest batch of prefetch reads submitted at once.
+const MAX_FILL_BATCH: usize = 8 << 20;
+/// Most runs in one batch of store requests, whatever the store's depth.
+pub(crate) const MAX_BATCH_RUNS: usize = 64;
+/// How long a miss waits for cache space before it fails with SIGBUS.
+const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Per-run state of one batch, on the stack up to [`MAX_BATCH_RUNS`] runs:
+/// a batch allocates nothing.
+pub(crate) type PerRun<T> = SmallVec<[T; MAX_BATCH_RUNS]>;
+
+impl Shared {
+    /// Fills a missed page this thread holds busy, then reads ahead.
+    pub(crate) fn fill_fault(&self, w: &mut Scratch, region: &Region, page: usize, write: bool) {
+        self.trace_step(Step::Filling);
+        let ps = region.page_size;
+        let addr = region.page_addr(page);
+        if !self.reserve(w, ps as u64, true, region) {
+            if region.is_closing() {
+                // Being unmapped: unregistering will release the thread.
+                let _ = region.pages.unlock(page, PageState::Empty);
+                self.uffd().wake(addr, ps);
+                return;
+            }
+            log::error!(
+                "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
+                self.describe_cache()
+            );
+            self.fail_fill(region, page..page + 1);
+            return;
+        }
+        self.trace_step(Step::Reserved);
+        let src = match self.direct_source(region, page, 1) {
+            // The store is memory we can read: copy straight from it.
+            Some(src) => {
+                self.counters().bytes_read.fetch_add(ps as u64, Relaxed);
+                region.stats.bytes_read.fetch_add(ps as u64, Relaxed);
+                region.stats.fills.fetch_add(1, Relaxed);
+                src
+            }
+            None => match self.read_page(w, region, page) {
+                Some(src) => src,
+                None => {
+                    self.budget_of(region).release(ps as u64);
+                    self.fail_fill(region, page..page + 1);
+                    return;
+                }
+            },
+        };
+        self.trace_step(Step::StoreRead);
+        let dirty = write && region.writable;
+        let wp = region.writable && !dirty;
+        // SAFETY: src is ps readable bytes: our staging buffer, or the
+        // store's mapping, which lives as long as the store.
+        // DONTWAKE: the faulting thread must not run (and, say, call
+        // `flush` after a write) before the page's state is recorded.
+        let copied = unsafe { self.install(addr, src, ps, wp, true) };
+        if let Err(e) = copied {
+            self.budget_of(region).release(ps as u64);
+            if region.is_closing() {
+                // Being unmapped: unregistering will release the thread.
+                let _ = region.pages.unlock(page, PageState::Empty);
+                self.uffd().wake(addr, ps);
+                return;
+            }
+            // Woken with the page still missing, the thread would fault
+            // again, and again: fail it loudly instead.
+            log::error!(
+                "umio: UFFDIO_COPY of page {page} of region {} ({ps} bytes at {addr:#x}) \
+                 failed: errno {e}; the faulting thread gets SIGBUS",
+                region.id
+            );
+            self.counters().no_progress_faults.fetch_add(1, Relaxed);
+            region.stats.no_progress_faults.fetch_add(1, Relaxed);
+            self.fail_fill(region, page..page + 1);
+            return;
+        }
+        self.trace_step(Step::Installed);
+        if dirty {
+            region.dirty.fetch_add(1, Relaxed);
+            self.counters().write_misses.fetch_add(1, Relaxed);
+        } else {
+            self.counters().read_misses.fetch_add(1, Relaxed);
+        }
+        // The faulting thread waits for this wake, waiters registered or not.
+        let _ = region.pages.unlock(
+            page,
+            if dirty {
+                PageState::Dirty
+            } else {
+                PageState::Clean
+            },
+        );
+        self.trace_step(Step::Waking);
+        self.uffd().wake(addr, ps);
+        self.trace_woken();
+        self.policy_of(region).inserted(region.key(page));
+        self.prefetch_after(w, region, page, write, FaultKind::Miss);
+    }
+
+    /// Reads one page from the store into this worker's staging buffer,
+    /// zero-filled past the store's end. `None` (logged) if it failed.
+    fn read_page(&self, w: &mut Scratch, region: &Region, page: usize) -> Option<*const u8> {
+        let ps = region.page_size;
+        let valid = region.valid_bytes(page, 1);
+        let buf = match w.buf.get(ps) {
+            Ok(b) => b,
+            Err(e) => {
+                log::error!("umio: staging buffer allocation failed: errno {e}");
+                return None;
+            }
+        };
+        self.counters().store_reads.fetch_add(1, Relaxed);
+        match region
+            .store
+            .read_at(region.store_offset(page), &mut buf[..valid])
+        {
+            Ok(n) => {
+                self.counters().bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                region.stats.fills.fetch_add(1, Relaxed);
+                buf[n..ps].fill(0);
+                Some(buf.as_ptr())
+            }
+            Err(e) => {
+                log::warn!("umio: {} store: {e}", region.store.name());
+                None
+            }
+        }
+    }
+
+    /// Shows a resolved fault to the region's prefetcher and fills what it
+    /// asks for, on this filler, after the faulting thread was woken (or,
+    /// for a coalesced fault, while it waits for another thread's fill).
+    /// Uses free cache only.
+    pub(crate) fn prefetch_after(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        page: usize,
+        write: bool,
+        kind: FaultKind,
+    ) {
+        let fault = Fault {
+            page: page as u64,
+            pages: region.pages.len() as u64,
+            offset: page * region.page_size,
+            write,
+            kind,
+            advice: region.advice_for(page as u64),
+            thread: w.thread,
+        };
+        self.consider_promotion(region, &fault);
+        let mut fetch = std::mem::take(&mut w.fetch);
+        fetch.clear();
+        // A policy that panics (the application's own) loses its advice,
+        // not the filler: the fault is already resolved.
+        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            region.prefetcher.on_fault(&fault, &mut fetch);
+        }));
+        if asked.is_err() {
+            log::error!("umio: the prefetch policy panicked; nothing prefetched");
+            fetch.clear();
+        }
+        let mut ranges = std::mem::take(&mut w.fetch_pages);
+        ranges.clear();
+        ranges.extend(
+            fetch
+                .as_slice()
+                .iter()
+                .map(|r| r.start as usize..r.end as usize),
+        );
+        ranges.sort_unstable_by_key(|r| r.start);
+        if !ranges.is_empty() {
+            self.fill_ranges_in_slot(w, region, &ranges);
+        }
+        w.fetch_pages = ranges;
+        fetch.clear();
+        w.fetch = fetch;
+    }
+
+    /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
+    /// holds (EEXIST) and trying once more. A range the kernel refuses
+    /// because it spans several VMAs (an `mprotect` of part of a page, or
+    /// of part of a run, splits them) is copied in pieces, each within one
+    /// VMA and taking its protection (see [`per_vma`]).
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable.
+    unsafe fn install(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), i32> {
+        per_vma(dst, len, |at, n| {
+            // SAFETY: `at - dst + n <= len`: within the caller's source.
+            let from = unsafe { src.add(at - dst) };
+            // SAFETY: forwarded from the caller, for this piece.
+            match unsafe { self.uffd().copy(at, from, n, wp, dontwake) } {
+                Err(libc::EEXIST) => {
+                    // We hold every page of the range busy and Empty, so a
+                    // present page is stale: drop it and copy again.
+                    mm::advise(at, n, libc::MADV_DONTNEED)?;
+                    // SAFETY: as above.
+                    unsafe { self.uffd().copy(at, from, n, wp, dontwake) }
+                }
+                r => r,
+            }
+        })
+    }
+
+    /// A fill failed: poison the pages so that the faulting threads get
+    /// SIGBUS, as a failed read of a kernel file mapping does, and release
+    /// them. The poison stays until the pages are dropped
+    /// (`Advice::DontNeed`) or the region is unmapped.
+    fn fail_fill(&self, region: &Region, pages: Range<usize>) {
+        self.counters().read_errors.fetch_add(1, Relaxed);
+        self.poison_and_release(region, pages);
+    }
+
+    /// Poisons `pages` (held busy, nothing installed) so that the threads
+    /// faulting on them get SIGBUS, unlocks them Empty and wakes those
+    /// threads.
+    pub(crate) fn poison_and_release(&self, region: &Region, pages: Range<usize>) {
+        let addr = region.page_addr(pages.start);
+        let len = pages.len() * region.page_size;
+        if self.features().poison() {
+            if let Err(e) = per_vma(addr, len, |at, n| self.uffd().poison(at, n)) {
+                log::error!("umio: UFFDIO_POISON failed: errno {e}");
+            }
+        } else {
+            log::error!(
+                "umio: this kernel has no UFFDIO_POISON; a failed read is retried on the next fault"
+            );
+        }
+        for p in pages {
+            let _ = region.pages.unlock(p, PageState::Empty);
+        }
+        self.uffd().wake(addr, len);
+    }
+
+    /// Reserves cache space. With `may_reclaim`, evicts pages itself when
+    /// the cache is full (no hand-off to the evictor on the fault path)
+    /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
+    ///
+    /// Gives up at once when `region` starts being unmapped, so that unmap
+    /// never waits for a fill that waits for space.
+    pub(crate) fn reserve(
+        &self,
+        w: &mut Scratch,
+        bytes: u64,
+        may_reclaim: bool,
+        region: &Region,
+    ) -> bool {
+        let mut deadline = None;
+        let budget = self.budget_of(region);
+        loop {
+            // The huge pool's reservations are 2 MiB or more: no batching.
+            let got = if region.huge_pool {
+                budget.try_reserve(bytes)
+            } else {
+                w.credit.take(budget, bytes, self.cfg().credit_batch)
+            };
+            if got {
+                if budget.above_high() {
+                    self.kick_evictors();
+                }
+                return true;
+            }
+            if !may_reclaim || self.is_shutting_down() || region.is_closing() {
+                return false;
+            }
+            self.kick_evictors();
+            self.counters().direct_reclaims.fetch_add(1, Relaxed);
+            // Victims of the huge pool are 2 MiB each: a few suffice.
+            // Victims of the regular pool come from every region in it, of
+            // any page size: the batch is counted in the runtime's default
+            // page size as an estimate, and bounded (the loop evicts again
+            // until the reservation succeeds).
+            let pages = if region.huge_pool {
+                (bytes / region.page_size as u64).clamp(1, 4) as usize
+            } else {
+                (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
+            };
+            if self.evict_batch(w, self.policy_of(region), pages) == 0 {
+                let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
+                if Instant::now() > d {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Fills the missing pages of `ranges` (sorted, disjoint) in runs: one
+    /// store request and one copy per run of pages this thread could lock,
+    /// the requests of up to [`Store::queue_depth`] runs, across ranges,
+    /// submitted as one batch. Pages resident or busy are skipped. Returns
+    /// the number of pages filled.
+    ///
+    /// [`Store::queue_depth`]: umio_backends::Store::queue_depth
+    pub(crate) fn fill_ranges(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        ranges: &[Range<usize>],
+        may_reclaim: bool,
+    ) -> usize {
+        let ps = region.page_size;
+        // A run's cache space is reserved whole: keep runs to a quarter of
+        // the cache (at least one page: regions' pages are at most that), or
+        // a run larger than the cache could never be reserved and a
+        // prefetch larger than the cache would fill nothing. A batch holds
+        // its runs' space until they are installed: keep it to a quarter
+        // of the cache too, or reserving its last run could wait on space
+        // its first runs hold.
+        let quarter = usize::try_from(self.budget_of(region).limit() / 4).unwrap_or(usize::MAX);
+        let max_run = (MAX_FILL_RUN.min(quarter) / ps).max(1);
+        let max_batch = MAX_FILL_BATCH.min(quarter).max(ps);
+        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        let mut runs = std::mem::take(&mut w.runs);
+        let mut filled = 0;
+        let mut ranges = ranges
+            .iter()
+            .map(|r| r.start..r.end.min(region.pages.len()))
+            .filter(|r| !r.is_empty());
+        let mut cur = ranges.next();
+        let mut stop = false;
+        while !stop {
+            runs.clear();
+            let mut bytes = 0;
+            while let Some(pages) = cur.as_mut() {
+                if runs.len() == depth || bytes >= max_batch {
+                    break;
+                }
+                let i = pages.start;
+                if i == pages.end {
+                    cur = ranges.next();
+                    continue;
+                }
+                pages.start += 1;
+                if !region.pages.try_lock(i, PageState::Empty) {
+                    continue;
+                }
+                while pages.start < pages.end
+                    && pages.start - i < max_run
+                    && region.pages.try_lock(pages.start, PageState::Empty)
+                {
+                    pages.start += 1;
+                }
+                let run = i..pages.start;
+                if !self.reserve(w, (run.len() * ps) as u64, may_reclaim, region) {
+                    self.release_run(region, run, PageState::Empty);
+                    stop = true;
+                    break;
+                }
+                bytes += run.len() * ps;
+                runs.push(run);
+            }
+            if runs.is_empty() {
+                break;
+            }
+            let (n, ok) = self.fill_runs(w, region, &runs);
+            filled += n;
+            stop |= !ok;
+        }
+        runs.clear();
+        w.runs = runs;
+        filled
+    }
+
+    /// Where a fill of `count` pages from `page` can copy from without a
+    /// staging copy: the store's own mapping ([`Store::as_mapped`]), when
+    /// it holds all of those pages' bytes.
+    ///
+    /// [`Store::as_mapped`]: umio_backends::Store::as_mapped
+    fn direct_source(&self, region: &Region, page: usize, count: usize) -> Option<*const u8> {
+        let mapped = region.store.as_mapped()?;
+        let start = usize::try_from(region.store_offset(page)).ok()?;
+        let end = start.checked_add(count * region.page_size)?;
+        (end <= mapped.len()).then(|| mapped[start..end].as_ptr())
+    }
+
+    /// Reads and installs `runs`, each held busy and Empty with its cache
+    /// space reserved: one batch of store requests (runs the store maps
+    /// are copied straight from it), then one `UFFDIO_COPY` per run. Runs
+    /// that fail are released Empty with their space. Returns the pages
+    /// filled and whether every run was.
+    fn fill_runs(&self, w: &mut Scratch, region: &Region, runs: &[Range<usize>]) -> (usize, bool) {
+        let ps = region.page_size;
+        let direct: PerRun<Option<*const u8>> = runs
+            .iter()
+            .map(|r| self.direct_source(region, r.start, r.len()))
+            .collect();
+        let staged: usize = runs
+            .iter()
+            .zip(&direct)
+            .filter(|(_, d)| d.is_none())
+            .map(|(r, _)| r.len() * ps)
+            .sum();
+        let fail = |run: &Range<usize>| {
+            self.budget_of(region).release((run.len() * ps) as u64);
+            self.release_run(region, run.clone(), PageState::Empty);
+        };
+        let buf = match w.buf.get(staged) {
+            Ok(b) => &mut b[..staged],
+            Err(e) => {
+                log::error!("umio: staging buffer allocation failed: errno {e}");
+                runs.iter().for_each(fail);
+                return (0, false);
+            }
+        };
+        // Staged runs: one request each, in one batch.
+        let mut results: PerRun<Option<Result<usize, StoreError>>> =
+            SmallVec::from_elem(Some(Ok(0)), runs.len());
+        {
+            let mut reqs: PerRun<IoRequest<'_>> = SmallVec::new();
+            let mut which: PerRun<usize> = SmallVec::new();
+            let mut rest = &mut *buf;
+            for (k, run) in runs.iter().enumerate() {
+                if direct[k].is_some() {
+                    continue;
+                }
+                let (mine, tail) = rest.split_at_mut(run.len() * ps);
+                rest = tail;
+                let valid = region.valid_bytes(run.start, run.len());
+                reqs.push(IoRequest::read(
+                    region.store_offset(run.start),
+                    &mut mine[..valid],
+                ));
+                which.push(k);
+            }
+            self.counters()
+                .store_reads
+                .fetch_add(reqs.len() as u64, Relaxed);
+            if !reqs.is_empty() {
+                region.store.submit(&mut reqs);
+            }
+            for (req, k) in reqs.iter().zip(which) {
+                results[k] = req.result();
+            }
+        }
+        let mut filled = 0;
+        let mut all = true;
+        let mut offset = 0;
+        for (k, run) in runs.iter().enumerate() {
+            let bytes = run.len() * ps;
+            let src = match direct[k] {
+                Some(src) => {
+                    self.counters().bytes_read.fetch_add(bytes as u64, Relaxed);
+                    region.stats.bytes_read.fetch_add(bytes as u64, Relaxed);
+                    src
+                }
+                None => {
+                    let mine = &mut buf[offset..offset + bytes];
+                    offset += bytes;
+                    match results[k] {
+                        Some(Ok(n)) => {
+                            self.counters().bytes_read.fetch_add(n as u64, Relaxed);
+                            region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                            mine[n..].fill(0);
+                            mine.as_ptr()
+                        }
+                        r => {
+                            // A prefetch failure is not reported: the fault
+                            // that needs the page retries the read and
+                            // reports it.
+                            log::debug!("umio: prefetch read failed: {r:?}");
+                            fail(run);
+                            all = false;
+                            continue;
+                        }
+                    }
+                }
+            };
+            // SAFETY: src is `bytes` readable bytes: our staging buffer, or
+            // the store's mapping, which lives as long as the store.
+            let copied = unsafe {
+                self.install(
+                    region.page_addr(run.start),
+                    src,
+                    bytes,
+                    region.writable,
+                    true,
+                )
+            };
+            if let Err(e) = copied {
+                log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
+                fail(run);
+                all = false;
+                continue;
+            }
+            filled += run.len();
+            // Counted before the pages show resident, so that a thread that
+            // sees them resident sees them counted.
+            let n = run.len() as u64;
+            self.counters().prefetched_pages.fetch_add(n, Relaxed);
+            region.stats.fills.fetch_add(n, Relaxed);
+            region.stats.prefetched.fetch_add(n, Relaxed);
+            self.release_run(region, run.clone(), PageState::Clean);
+            // Only now: a policy that probes a page still busy and empty
+            // drops its entry as stale, and the page would be resident with
+            // no entry, never evicted.
+            for p in run.clone() {
+                self.policy_of(region).prefetched(region.key(p));
+            }
+        }
+        (filled, all)
+    }
+
+    /// Unlocks a run of pages this thread holds busy into `to`, waking
+    /// the threads that faulted on them meanwhile.
+    pub(crate) fn release_run(&self, region: &Region, run: Range<usize>, to: PageState) {
+        let mut waiters = false;
+        for p in run.clone() {
+            waiters |= region.pages.unlock(p, to);
+        }
+        if waiters {
+            self.uffd()
+                .wake(region.page_addr(run.start), run.len() * region.page_size);
+        }
+    }
+
+    /// Slots of each region: all fillers but one.
+    fn store_slot_limit(&self) -> usize {
+        self.cfg().fillers.saturating_sub(1).max(1)
+    }
+
+    /// Fills a missed page this thread holds busy, in one of the region's
+    /// store slots; if none is free, queues the fill for a filler already
+    /// in the region's store and returns at once.
+    pub(crate) fn fill_fault_in_slot(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        page: usize,
+        write: bool,
+    ) {
+        if w.in_store {
+            self.fill_fault(w, region, page, write);
+            return;
+        }
+        if !region
+            .store_slots
+            .enter_or_queue(self.store_slot_limit(), page, write)
+        {
+            self.counters().queued_fills.fetch_add(1, Relaxed);
+            return;
+        }
+        w.in_store = true;
+        self.fill_fault(w, region, page, write);
+        self.leave_store(w, region);
+    }
+
+    /// Runs read-ahead after a fault in one of the region's store slots, or
+    /// skips it when none is free (the region's store is slow or hung).
+    pub(crate) fn fill_ranges_in_slot(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        ranges: &[std::ops::Range<usize>],
+    ) {
+        if w.in_store {
+            self.fill_ranges(w, region, ranges, false);
+            return;
+        }
+        if !region.store_slots.try_enter(self.store_slot_limit()) {
+            return;
+        }
+        w.in_store = true;
+        self.fill_ranges(w, region, ranges, false);
+        self.leave_store(w, region);
+    }
+
+    /// Serves the fills queued on the region, then gives the slot back.
+    fn leave_store(&self, w: &mut Scratch, region: &Region) {
+        while let Some((page, write)) = region.store_slots.leave_or_next() {
+            self.fill_fault(w, region, page, write);
+        }
+        w.in_store = false;
+    }
+}

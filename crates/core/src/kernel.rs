@@ -1,0 +1,144 @@
+//! The kernel's userfaultfd: which faults a runtime receives ([`UffdMode`]),
+//! what the kernel offers ([`KernelFeatures`], probed once per process), and
+//! opening a descriptor in a mode.
+
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+use crate::sys::uffd::{OpenFailure, Uffd, feature};
+
+/// Which page faults a runtime's userfaultfd receives: see
+/// [`Builder::uffd_mode`](crate::Builder::uffd_mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UffdMode {
+    /// Full mode where this process may open a full-mode userfaultfd,
+    /// user-mode-only otherwise. The default.
+    #[default]
+    Auto,
+    /// Full mode, or [`Runtime::build`](crate::Builder::build) fails with
+    /// [`Error::FullModeUnavailable`], which says what to change.
+    Full,
+    /// User-mode-only (`UFFD_USER_MODE_ONLY`) even where full mode is
+    /// allowed: faults raised by the kernel on a mapping's behalf (a
+    /// non-resident mapped buffer passed to `read(2)` or `write(2)`) fail
+    /// the system call with `EFAULT` instead of being served.
+    UserModeOnly,
+}
+
+impl UffdMode {
+    /// By name, any case: `auto`, `full`, or `user` (also `user-mode-only`,
+    /// `user_mode_only`), as `UMIO_UFFD_MODE` takes them.
+    pub fn from_name(name: &str) -> Option<UffdMode> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(UffdMode::Auto),
+            "full" => Some(UffdMode::Full),
+            "user" | "user-mode-only" | "user_mode_only" => Some(UffdMode::UserModeOnly),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](UffdMode::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UffdMode::Auto => "auto",
+            UffdMode::Full => "full",
+            UffdMode::UserModeOnly => "user",
+        }
+    }
+}
+
+/// What the kernel's userfaultfd offers, probed once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelFeatures {
+    bits: u64,
+    user_mode_only: bool,
+}
+
+impl KernelFeatures {
+    /// These features as a descriptor opened user-mode-only (or not) has them.
+    pub(crate) fn with_user_mode_only(self, user_mode_only: bool) -> KernelFeatures {
+        KernelFeatures {
+            user_mode_only,
+            ..self
+        }
+    }
+    /// The raw `UFFDIO_API` feature mask.
+    pub fn bits(&self) -> u64 {
+        self.bits
+    }
+    /// From [`kernel_features`]: this process may not open a full-mode
+    /// userfaultfd, so runtimes in [`UffdMode::Auto`] serve user-mode
+    /// faults only. From [`Runtime::kernel_features`](crate::Runtime::kernel_features): this runtime's
+    /// userfaultfd is user-mode-only. Then a non-resident page of a
+    /// mapping passed to a system call (`read(2)` into it, `write(2)` from
+    /// it) fails the call with `EFAULT` (or shortens it), and so does a
+    /// system call writing into a clean page of a writable mapping; see
+    /// [`Mapping::pin`](crate::Mapping::pin) for the way around it.
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
+    }
+    /// Write-protect faults on anonymous memory: needed by writable mappings.
+    pub fn write_protect(&self) -> bool {
+        self.bits & feature::PAGEFAULT_FLAG_WP != 0
+    }
+    /// `UFFDIO_POISON`: failed reads raise SIGBUS in the faulting thread.
+    pub fn poison(&self) -> bool {
+        self.bits & feature::POISON != 0
+    }
+    /// Names of the features present.
+    pub fn names(&self) -> Vec<&'static str> {
+        feature::NAMES
+            .iter()
+            .filter(|(b, _)| self.bits & b != 0)
+            .map(|&(_, n)| n)
+            .collect()
+    }
+}
+
+/// Probes the kernel once (on a throw-away descriptor: `UFFDIO_API` may be
+/// called once per descriptor) and remembers the answer.
+///
+/// It tries a full-mode descriptor first and a user-mode-only one second
+/// ([`KernelFeatures::user_mode_only`] says which it got); it fails only
+/// if neither can be opened.
+pub fn kernel_features() -> Result<KernelFeatures> {
+    static PROBE: OnceLock<Result<KernelFeatures>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let (fd, user_mode_only) = open_uffd(UffdMode::Auto)?;
+            let bits = fd.api(0).map_err(|e| Error::os("UFFDIO_API", e))?;
+            Ok(KernelFeatures {
+                bits,
+                user_mode_only,
+            })
+        })
+        .clone()
+}
+
+/// Opens a userfaultfd in `mode`; returns it and whether it is
+/// user-mode-only.
+pub(crate) fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {
+    let unavailable = |f: OpenFailure| Error::UffdUnavailable {
+        syscall_errno: f.syscall_errno,
+        device_errno: f.device_errno,
+    };
+    match mode {
+        UffdMode::UserModeOnly => Uffd::open(true).map(|u| (u, true)).map_err(unavailable),
+        UffdMode::Full => {
+            Uffd::open(false)
+                .map(|u| (u, false))
+                .map_err(|f| Error::FullModeUnavailable {
+                    syscall_errno: f.syscall_errno,
+                    device_errno: f.device_errno,
+                })
+        }
+        UffdMode::Auto => match Uffd::open(false) {
+            Ok(u) => Ok((u, false)),
+            // The errnos of full mode say what to change; those of
+            // user-mode-only (EINVAL before Linux 5.11) say less.
+            Err(full) => Uffd::open(true)
+                .map(|u| (u, true))
+                .map_err(|_| unavailable(full)),
+        },
+    }
+}

@@ -1,0 +1,78 @@
+//! Pinning: pages made resident and kept from eviction
+//! ([`Mapping::pin`](crate::Mapping::pin)), bounded by half the cache.
+//! Runs on the caller's thread.
+
+use std::ops::Range;
+
+use umio_backends::StoreError;
+use umio_cache::{Observed, PageState};
+
+use crate::error::{Error, Result};
+use crate::region::Region;
+use crate::scratch::Scratch;
+use crate::shared::Shared;
+
+/// How often `pin` tries to make its pages resident before it reports the
+/// failure (a store whose reads fail).
+const PIN_ATTEMPTS: usize = 3;
+
+impl Shared {
+    /// Pins the pages and makes them resident: eviction leaves pinned pages
+    /// alone; flush and unmap write them back as any other.
+    pub(crate) fn pin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        if region.intersects_hole(&pages) {
+            return Err(Error::NotMapped);
+        }
+        let newly: Vec<usize> = pages.clone().filter(|&p| region.pages.pin(p)).collect();
+        let bytes = (newly.len() * region.page_size) as u64;
+        if !self.try_pin_bytes(bytes) {
+            for &p in &newly {
+                region.pages.unpin(p);
+            }
+            return Err(Error::PinLimit);
+        }
+        let mut w = Scratch::new();
+        for _ in 0..PIN_ATTEMPTS {
+            self.fill_ranges(&mut w, region, std::slice::from_ref(&pages), true);
+            // Pages another thread holds busy finish on their own: a fill
+            // installs them, and eviction leaves pinned pages alone.
+            let missing = pages
+                .clone()
+                .any(|p| region.pages.get(p) == Observed::Stable(PageState::Empty));
+            if !missing {
+                w.credit.release_all(&self.pool().budget);
+                return Ok(());
+            }
+        }
+        w.credit.release_all(&self.pool().budget);
+        // The pages stay pinned: the faults that need them read them again
+        // and report the failure.
+        Err(Error::Store(StoreError::new(
+            umio_backends::StoreOp::Read,
+            region.store_offset(pages.start),
+            libc::EIO,
+        )))
+    }
+
+    /// Unpins the pages; resident ones become eviction candidates again.
+    pub(crate) fn unpin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        if region.intersects_hole(&pages) {
+            return Err(Error::NotMapped);
+        }
+        let mut unpinned = 0u64;
+        for p in pages {
+            if region.pages.unpin(p) {
+                unpinned += 1;
+                if matches!(
+                    region.pages.get(p),
+                    Observed::Stable(PageState::Clean | PageState::Dirty)
+                        | Observed::Busy(PageState::Clean | PageState::Dirty)
+                ) {
+                    self.policy_of(region).inserted(region.key(p));
+                }
+            }
+        }
+        self.unpin_bytes(unpinned * region.page_size as u64);
+        Ok(())
+    }
+}

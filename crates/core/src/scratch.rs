@@ -1,0 +1,56 @@
+//! Per-thread scratch state: the buffers and lists a filler, evictor,
+//! the prefetch thread or a `pin` call reuses from one fault or batch to
+//! the next, so that the fault path does not allocate in steady state.
+
+use std::ops::Range;
+
+use umio_backends::StoreError;
+use umio_cache::{FrameCredit, PageKey, PageState};
+
+use crate::prefetch::FetchList;
+use crate::sys::mm::StagingBuffer;
+
+/// Per-thread scratch state of fillers, evictors, the prefetch thread
+/// and `pin`.
+pub(crate) struct Scratch {
+    pub buf: StagingBuffer,
+    pub credit: FrameCredit,
+    pub victims: Vec<PageKey>,
+    pub locked: Vec<(usize, PageState)>,
+    /// Page indices of one region, reused so that eviction on the fault
+    /// path does not allocate in steady state.
+    pub pages: Vec<usize>,
+    /// What the prefetcher asked for after a fault.
+    pub fetch: FetchList,
+    /// Runs of one batch of store requests.
+    pub runs: Vec<Range<usize>>,
+    /// Page ranges the prefetcher asked for, sorted.
+    pub fetch_pages: Vec<Range<usize>>,
+    /// The outcome of each dirty run written back by an eviction batch.
+    pub write_results: Vec<Result<(), StoreError>>,
+    /// The address ranges an eviction batch discards at once.
+    pub discard: Vec<libc::iovec>,
+    /// The thread of the fault being handled (0: unknown).
+    pub thread: u32,
+    /// Holds one of the current region's store slots (`store_slots`).
+    pub in_store: bool,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch {
+            buf: StagingBuffer::new(),
+            credit: FrameCredit::default(),
+            victims: Vec::new(),
+            locked: Vec::new(),
+            pages: Vec::new(),
+            fetch: FetchList::new(),
+            runs: Vec::new(),
+            fetch_pages: Vec::new(),
+            write_results: Vec::new(),
+            discard: Vec::new(),
+            thread: 0,
+            in_store: false,
+        }
+    }
+}

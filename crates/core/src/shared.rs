@@ -1,0 +1,499 @@
+//! The state every part of a runtime shares: its configuration, the
+//! userfaultfd, the region table, the cache pools (bound and eviction
+//! policy each), the queue of background jobs, counters, and the shutdown
+//! flag. Only this file touches the fields; everything else goes through
+//! the methods below, and keeps its own state (a region's pages in
+//! `region.rs`, a promotion's in `huge.rs`, a thread's scratch in
+//! `scratch.rs`).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, Guard};
+use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageState};
+
+use crate::config::{Config, Settings};
+use crate::error::{Error, Result};
+use crate::huge::HUGE_PAGE_SIZE;
+use crate::kernel::KernelFeatures;
+use crate::progress::Progress;
+use crate::region::{Region, RegionTable};
+use crate::spin::SpinTuner;
+use crate::stats::{Counters, Gauges, Stats};
+use crate::sys::poller::EventFd;
+use crate::sys::uffd::Uffd;
+use crate::trace::{FaultTrace, Step, Tracer, now};
+
+/// State shared by the runtime's handles, its mappings and its threads.
+pub(crate) struct Shared {
+    cfg: Config,
+    features: KernelFeatures,
+    uffd: Uffd,
+    regions: ArcSwap<RegionTable>,
+    regions_writer: Mutex<()>,
+    next_id: AtomicU64,
+    /// The regular pool (every region's, without a huge-page pool).
+    pool: Pool,
+    /// The huge-page pool (`Builder::huge_cache_bytes`).
+    huge: Option<Pool>,
+    /// Whether fillers poll or sleep (`FillerWait::Adaptive`).
+    spin: SpinTuner,
+    evict_signal: Signal,
+    jobs: JobQueue,
+    stats: Counters,
+    /// Faults resolved without progress, per thread.
+    progress: Progress,
+    /// Bytes of pinned pages, bounded by half the cache.
+    pinned_bytes: AtomicU64,
+    shutdown: AtomicBool,
+    shutdown_fd: EventFd,
+    /// No more maps (`Runtime::shutdown`).
+    closed: AtomicBool,
+    /// Fault tracing (`Builder::trace_faults`); `None` when off.
+    trace: Option<Box<Tracer>>,
+}
+
+/// A cache pool: a bound on bytes and the policy that evicts within it.
+pub(crate) struct Pool {
+    pub budget: FrameBudget,
+    pub policy: Box<dyn EvictionPolicy>,
+}
+
+impl Shared {
+    /// The shared state of a runtime about to start, from its checked
+    /// settings and its userfaultfd (API handshake done).
+    pub fn new(s: Settings, uffd: Uffd, features: KernelFeatures) -> Result<Shared> {
+        let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
+        Ok(Shared {
+            cfg: s.cfg,
+            features,
+            uffd,
+            regions: ArcSwap::from_pointee(RegionTable::default()),
+            regions_writer: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            pool: Pool {
+                budget: FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
+                policy: s.policy,
+            },
+            huge: s.huge_cache_bytes.map(|bytes| Pool {
+                budget: FrameBudget::new(bytes, s.high_water, s.low_water),
+                policy: s.huge_policy.build(),
+            }),
+            spin: SpinTuner::new(),
+            evict_signal: Signal::default(),
+            jobs: JobQueue::default(),
+            stats: Counters::default(),
+            progress: Progress::new(),
+            pinned_bytes: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            shutdown_fd,
+            closed: AtomicBool::new(false),
+            trace: s.trace_faults.then(Box::default),
+        })
+    }
+
+    #[inline]
+    pub fn cfg(&self) -> &Config {
+        &self.cfg
+    }
+
+    #[inline]
+    pub fn features(&self) -> KernelFeatures {
+        self.features
+    }
+
+    #[inline]
+    pub fn uffd(&self) -> &Uffd {
+        &self.uffd
+    }
+
+    #[inline]
+    pub fn counters(&self) -> &Counters {
+        &self.stats
+    }
+
+    #[inline]
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    #[inline]
+    pub fn spin(&self) -> &SpinTuner {
+        &self.spin
+    }
+
+    /// The background prefetch and promotion jobs.
+    #[inline]
+    pub fn jobs(&self) -> &JobQueue {
+        &self.jobs
+    }
+
+    /// The region table now, read without a lock.
+    #[inline]
+    pub fn regions(&self) -> Guard<Arc<RegionTable>> {
+        self.regions.load()
+    }
+
+    /// The region table's writer lock: held to change the table, and from
+    /// choosing a mapping's address to publishing it.
+    pub fn lock_regions(&self) -> MutexGuard<'_, ()> {
+        self.regions_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes a new region; the caller holds the writer lock.
+    pub fn publish(&self, _writer: &MutexGuard<'_, ()>, region: Arc<Region>) {
+        self.regions
+            .store(Arc::new(self.regions.load().with(region)));
+    }
+
+    /// Takes a region out of the table; the caller holds the writer lock.
+    pub fn withdraw(&self, _writer: &MutexGuard<'_, ()>, id: u64) {
+        self.regions
+            .store(Arc::new(self.regions.load().without(id)));
+    }
+
+    /// Publishes `region`'s mapped ranges anew in the region table (after
+    /// it gained a hole); the caller holds the writer lock.
+    pub fn republish(&self, _writer: &MutexGuard<'_, ()>, region: &Arc<Region>) {
+        self.regions
+            .store(Arc::new(self.regions.load().reshaped(region)));
+    }
+
+    /// The id of the next region.
+    pub fn next_region_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The regular pool.
+    #[inline]
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The huge-page pool, if the runtime has one.
+    #[inline]
+    pub fn huge_pool(&self) -> Option<&Pool> {
+        self.huge.as_ref()
+    }
+
+    /// The bound of `region`'s pool.
+    #[inline]
+    pub fn budget_of(&self, region: &Region) -> &FrameBudget {
+        match &self.huge {
+            Some(h) if region.huge_pool => &h.budget,
+            _ => &self.pool.budget,
+        }
+    }
+
+    /// The eviction policy of `region`'s pool.
+    #[inline]
+    pub fn policy_of(&self, region: &Region) -> &dyn EvictionPolicy {
+        match &self.huge {
+            Some(h) if region.huge_pool => &*h.policy,
+            _ => &*self.pool.policy,
+        }
+    }
+
+    /// Wakes the evictors (one atomic load when a wake-up is pending).
+    #[inline]
+    pub fn kick_evictors(&self) {
+        self.evict_signal.kick();
+    }
+
+    /// An evictor waits for a kick or the timeout.
+    pub fn wait_for_eviction_work(&self, timeout: Duration) {
+        self.evict_signal.wait(timeout);
+    }
+
+    /// Counts `bytes` more pinned, unless pinned pages would then hold more
+    /// than half of the cache (then nothing changes and false).
+    pub fn try_pin_bytes(&self, bytes: u64) -> bool {
+        let before = self.pinned_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > self.total_limit() / 2 {
+            self.pinned_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Counts `bytes` fewer pinned.
+    pub fn unpin_bytes(&self, bytes: u64) {
+        self.pinned_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes of pinned pages now.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned_bytes.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// Tells every thread to stop: the fillers (through the descriptor they
+    /// poll), the evictors, the prefetch thread and the autosize thread.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        self.shutdown_fd.signal();
+        self.evict_signal.kick();
+        self.jobs.wake_all();
+    }
+
+    /// Signalled at shutdown: fillers and the autosize thread poll it.
+    pub fn shutdown_fd(&self) -> &EventFd {
+        &self.shutdown_fd
+    }
+
+    /// Refuses further maps (`Runtime::shutdown`).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether maps are refused.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sets the bound of the regular pool or of the huge-page pool.
+    pub(crate) fn set_pool_limit(&self, huge_pool: bool, bytes: u64) -> Result<()> {
+        // One change at a time: the checks below hold until it is made.
+        static RESIZING: Mutex<()> = Mutex::new(());
+        let _one = RESIZING.lock().unwrap_or_else(|e| e.into_inner());
+        let budget = if huge_pool {
+            &self
+                .huge
+                .as_ref()
+                .ok_or(Error::InvalidArgument("the runtime has no huge-page pool"))?
+                .budget
+        } else {
+            &self.pool.budget
+        };
+        if bytes < 4 * self.largest_page(huge_pool) as u64 {
+            return Err(Error::InvalidArgument(
+                "the cache must hold at least 4 pages of the page size and of every region's",
+            ));
+        }
+        let pinned = self.pinned_bytes();
+        let total = self.total_limit() - budget.limit() + bytes;
+        if pinned > total / 2 {
+            return Err(Error::BelowPinned {
+                pinned,
+                requested: bytes,
+            });
+        }
+        let before = budget.limit();
+        budget.set_limit(bytes);
+        self.stats.cache_resizes.fetch_add(1, Ordering::Relaxed);
+        if bytes < before {
+            self.evict_signal.kick();
+        }
+        log::info!("umio: cache bound {before} -> {bytes} bytes");
+        Ok(())
+    }
+
+    /// The largest page size a pool must hold 4 of: the runtime's default
+    /// (2 MiB for the huge-page pool) or a region's mapped in it now.
+    pub(crate) fn largest_page(&self, huge_pool: bool) -> usize {
+        let min_page = if huge_pool {
+            HUGE_PAGE_SIZE
+        } else {
+            self.cfg.default_page_size
+        };
+        self.regions
+            .load()
+            .all()
+            .iter()
+            .filter(|r| r.huge_pool == huge_pool)
+            .map(|r| r.page_size)
+            .max()
+            .unwrap_or(0)
+            .max(min_page)
+    }
+
+    /// Both pools' bounds together.
+    pub(crate) fn total_limit(&self) -> u64 {
+        self.pool.budget.limit() + self.huge.as_ref().map_or(0, |h| h.budget.limit())
+    }
+
+    /// Counters and gauges now.
+    pub fn stats(&self) -> Stats {
+        let huge = self.huge.as_ref().map_or(0, |h| h.budget.used());
+        self.stats.snapshot(Gauges {
+            resident_bytes: self.pool.budget.used() + huge,
+            huge_pool_bytes: huge,
+            cache_bytes: self.pool.budget.limit(),
+            huge_cache_bytes: self.huge.as_ref().map_or(0, |h| h.budget.limit()),
+            filler_windows: self
+                .spin
+                .windows_by_mode
+                .each_ref()
+                .map(|w| w.load(Ordering::Relaxed)),
+            regions: self.regions.load().len() as u64,
+        })
+    }
+
+    /// What holds the cache, for the log when a miss cannot get space.
+    pub fn describe_cache(&self) -> String {
+        let table = self.regions.load();
+        let mut out = format!(
+            "{} of {} bytes used, {} pinned; policy {} tracks {} entries;",
+            self.pool.budget.used(),
+            self.pool.budget.limit(),
+            self.pinned_bytes.load(Ordering::Relaxed),
+            self.pool.policy.name(),
+            self.pool.policy.tracked()
+        );
+        if let Some(h) = &self.huge {
+            out.push_str(&format!(
+                " huge-page pool: {} of {} bytes used, policy {} tracks {} entries;",
+                h.budget.used(),
+                h.budget.limit(),
+                h.policy.name(),
+                h.policy.tracked()
+            ));
+        }
+        for r in table.all() {
+            let (mut clean, mut dirty, mut busy) = (0, 0, 0);
+            for p in 0..r.pages.len() {
+                match r.pages.get(p) {
+                    Observed::Stable(PageState::Clean) => clean += 1,
+                    Observed::Stable(PageState::Dirty) => dirty += 1,
+                    Observed::Busy(PageState::Clean | PageState::Dirty) => busy += 1,
+                    _ => {}
+                }
+            }
+            out.push_str(&format!(
+                " region {} ({} KiB pages): {clean} clean, {dirty} dirty, {busy} busy;",
+                r.id,
+                r.page_size >> 10
+            ));
+        }
+        out
+    }
+
+    /// The most recent traced miss, if tracing is on.
+    pub fn last_trace(&self) -> Option<FaultTrace> {
+        self.trace.as_ref()?.last()
+    }
+
+    /// Stamps `step` of the current miss, if tracing is on.
+    #[inline]
+    pub fn trace_step(&self, step: Step) {
+        if let Some(t) = &self.trace {
+            t.step(step);
+        }
+    }
+
+    /// Stamps the wake-up of the faulting thread and publishes the trace,
+    /// if tracing is on.
+    #[inline]
+    pub fn trace_woken(&self) {
+        if let Some(t) = &self.trace {
+            t.woken();
+        }
+    }
+
+    /// The counter now if tracing is on (the start of an event read), else 0.
+    #[inline]
+    pub fn trace_read_begin(&self) -> u64 {
+        if self.trace.is_some() { now() } else { 0 }
+    }
+
+    /// The event read that began at `begin` returned events.
+    #[inline]
+    pub fn trace_read(&self, begin: u64) {
+        if let Some(t) = &self.trace {
+            t.read(begin);
+        }
+    }
+}
+
+/// A wake-up flag for a background thread.
+#[derive(Default)]
+struct Signal {
+    pending: Mutex<bool>,
+    cond: Condvar,
+    armed: AtomicBool,
+}
+
+impl Signal {
+    /// Wakes the thread unless a wake-up is already pending: callers on the
+    /// fault path pay one atomic load when the thread is already busy.
+    fn kick(&self) {
+        if self.armed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+
+    /// Waits for a kick or the timeout.
+    fn wait(&self, timeout: Duration) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if !*p {
+            p = self
+                .cond
+                .wait_timeout(p, timeout)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *p = false;
+        self.armed.store(false, Ordering::Release);
+    }
+}
+
+/// A request to fill pages in the background: sorted, disjoint page
+/// ranges of one region, filled in batches of store requests.
+pub(crate) struct PrefetchJob {
+    pub region: Arc<Region>,
+    pub pages: Vec<Range<usize>>,
+    /// Instead of filling `pages`: promote this 2 MiB range (claimed).
+    pub promote: Option<usize>,
+}
+
+/// The queue of [`PrefetchJob`]s, served in order by the `umio-prefetch`
+/// thread.
+#[derive(Default)]
+pub(crate) struct JobQueue {
+    jobs: Mutex<VecDeque<PrefetchJob>>,
+    ready: Condvar,
+}
+
+impl JobQueue {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<PrefetchJob>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a job and wakes the thread.
+    pub fn push(&self, job: PrefetchJob) {
+        self.lock().push_back(job);
+        self.ready.notify_one();
+    }
+
+    /// The next job, waiting for one; `None` once `stop()` holds (checked
+    /// before every job, and after every wake-up).
+    pub fn next(&self, stop: impl Fn() -> bool) -> Option<PrefetchJob> {
+        let mut q = self.lock();
+        loop {
+            if stop() {
+                return None;
+            }
+            if let Some(j) = q.pop_front() {
+                return Some(j);
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Wakes the waiting thread so that it checks its stop condition.
+    pub fn wake_all(&self) {
+        let _q = self.lock();
+        self.ready.notify_all();
+    }
+}

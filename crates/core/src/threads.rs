@@ -1,0 +1,202 @@
+//! The runtime's threads: what each one loops on, how they start, and how
+//! they stop.
+//!
+//! | thread | loop | owns |
+//! |---|---|---|
+//! | `umio-filler-N` | [`filler_main`]: read fault events, resolve each (`fault.rs`) | its scratch and cache credit |
+//! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
+//! | `umio-prefetch` | [`prefetch_main`]: serve the job queue: fill ranges, promote (`fill.rs`, `promote.rs`) | its scratch |
+//! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::autosize::{MemoryView, PERIOD, next_bound, psi_trigger};
+use crate::error::{Error, Result};
+use crate::scratch::Scratch;
+use crate::shared::Shared;
+use crate::spin::{ADAPTIVE_SPIN, FillerWait};
+use crate::sys::poller::{Poller, Wake};
+use crate::sys::uffd::UffdMsg;
+
+/// Starts every thread of a runtime. On failure the threads already
+/// started are in `threads`, to be stopped by [`stop`].
+pub(crate) fn spawn_all(
+    shared: &Arc<Shared>,
+    fillers: usize,
+    evictors: usize,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<()> {
+    let spawn = |name: String, f: fn(Arc<Shared>), threads: &mut Vec<JoinHandle<()>>| {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || f(s))
+            .map(|h| threads.push(h))
+            .map_err(|e| {
+                Error::os(
+                    "spawning a thread",
+                    e.raw_os_error().unwrap_or(libc::EAGAIN),
+                )
+            })
+    };
+    for i in 0..fillers {
+        spawn(format!("umio-filler-{i}"), filler_main, threads)?;
+    }
+    for i in 0..evictors {
+        spawn(format!("umio-evictor-{i}"), evictor_main, threads)?;
+    }
+    if shared.cfg().cache_auto.is_some() {
+        spawn("umio-autosize".into(), autosize_main, threads)?;
+    }
+    spawn("umio-prefetch".into(), prefetch_main, threads)
+}
+
+/// Tells every thread to stop and waits for them.
+pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
+    shared.begin_shutdown();
+    for h in threads {
+        if h.join().is_err() {
+            log::error!("a umio thread panicked");
+        }
+    }
+}
+
+fn filler_main(shared: Arc<Shared>) {
+    let poller = match Poller::new(shared.uffd().as_raw_fd(), shared.shutdown_fd()) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("umio filler cannot poll: errno {e}");
+            return;
+        }
+    };
+    let mut w = Scratch::new();
+    let mut msgs = vec![UffdMsg::default(); shared.cfg().max_fault_events];
+    // After handling what one read returned, a filler either goes back to
+    // `epoll_wait` (which returns at once if more events are pending: a
+    // second, empty `read` per fault would be one system call more) or
+    // polls for the next event for a while (`Builder::filler_spin`; by
+    // default the runtime measures which is faster, see `spin.rs`).
+    let mut polling = false;
+    while poller.wait() == Wake::Faults {
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let read_begin = shared.trace_read_begin();
+            let n = match shared.uffd().read_messages(&mut msgs) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::error!("umio: reading fault events failed: errno {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                let t = *idle_since.get_or_insert_with(Instant::now);
+                let spin = match shared.cfg().filler_wait {
+                    FillerWait::Fixed(d) => d,
+                    FillerWait::Adaptive if polling => ADAPTIVE_SPIN,
+                    FillerWait::Adaptive => Duration::ZERO,
+                };
+                if t.elapsed() >= spin || shared.is_shutting_down() {
+                    break;
+                }
+                // Yield rather than spin: a polling filler that shares a
+                // CPU with the faulting thread (the scheduler has not
+                // moved it away) must not keep that thread from running.
+                std::thread::yield_now();
+                continue;
+            }
+            idle_since = None;
+            shared.trace_read(read_begin);
+            let read_done = Instant::now();
+            for m in &msgs[..n] {
+                if let Some((addr, flags)) = m.pagefault() {
+                    w.thread = m.thread_id();
+                    shared.handle_fault(&mut w, addr, flags);
+                    shared.counters().fault_latency.record(read_done.elapsed());
+                }
+            }
+            let poll_next = match shared.cfg().filler_wait {
+                FillerWait::Fixed(d) => !d.is_zero(),
+                FillerWait::Adaptive => {
+                    shared.spin().record(n as u32);
+                    polling = shared.spin().start(polling);
+                    polling
+                }
+            };
+            if !poll_next && n < msgs.len() {
+                break;
+            }
+        }
+        if polling {
+            shared.spin().stop();
+            polling = false;
+        }
+    }
+    // Credit (at most `credit_batch` bytes) is kept across wake-ups so that
+    // most misses touch no shared counter; it goes back at exit.
+    w.credit.release_all(&shared.pool().budget);
+}
+
+fn prefetch_main(shared: Arc<Shared>) {
+    let mut w = Scratch::new();
+    loop {
+        let Some(job) = shared.jobs().next(|| shared.is_shutting_down()) else {
+            return;
+        };
+        if let Some(_g) = job.region.enter() {
+            match job.promote {
+                Some(chunk) => shared.promote(&mut w, &job.region, chunk),
+                None => {
+                    shared.fill_ranges(&mut w, &job.region, &job.pages, true);
+                }
+            }
+        } else if let (Some(chunk), Some(h)) = (job.promote, &job.region.huge) {
+            // Being unmapped: give the claim back.
+            h.abandon(chunk);
+        }
+        w.credit.release_all(&shared.pool().budget);
+    }
+}
+
+fn evictor_main(shared: Arc<Shared>) {
+    let mut w = Scratch::new();
+    while !shared.is_shutting_down() {
+        shared.wait_for_eviction_work(Duration::from_millis(100));
+        shared.evict_round(&mut w);
+    }
+}
+
+/// The `umio-autosize` thread: keeps the regular pool's bound at `share`
+/// of what the process may use, until the runtime shuts down.
+fn autosize_main(shared: Arc<Shared>) {
+    let Some(share) = shared.cfg().cache_auto else {
+        return;
+    };
+    let trigger = psi_trigger();
+    while !shared.is_shutting_down() {
+        let budget = &shared.pool().budget;
+        let floor = (4 * shared.largest_page(false) as u64).max(2 * shared.pinned_bytes());
+        let view = MemoryView::read();
+        if let Some(target) = next_bound(&view, share, budget.used(), budget.limit(), floor)
+            && let Err(e) = shared.set_pool_limit(false, target)
+        {
+            log::debug!("umio: automatic cache bound {target}: {e}");
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: shared.shutdown_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: trigger.as_ref().map_or(-1, |t| t.as_raw_fd()),
+                events: libc::POLLPRI,
+                revents: 0,
+            },
+        ];
+        // SAFETY: polls two live pollfd structs (a negative fd is ignored).
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, PERIOD.as_millis() as i32) };
+    }
+}
