@@ -31,6 +31,7 @@ use umio::backends::{
     DaxStore, FileStore, UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS,
 };
 use umio::{MapOptions, PrefetchKind, Runtime, Store};
+use umio_bench::cli::{self, value_parser};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -207,19 +208,34 @@ fn size_label(bucket: usize) -> String {
 }
 
 fn main() -> Result<()> {
-    let mut dir = PathBuf::from("/dev/shm");
-    let (mut size_mib, mut faults, mut rounds) = (256usize, 40_000usize, 3usize);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || args.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--dir" => dir = val()?.into(),
-            "--size" => size_mib = val()?.parse()?,
-            "--faults" => faults = val()?.parse()?,
-            "--rounds" => rounds = val()?.parse()?,
-            _ => return Err(format!("unknown argument {a}; see the example's doc comment").into()),
-        }
-    }
+    let m = cli::command(
+        "backends",
+        "The storage backends side by side (pread, io_uring buffered and O_DIRECT, DAX): \
+         random faults, a vectored prefetch and write-back on one file.",
+    )
+    .arg(
+        cli::opt("dir", "DIR", "/dev/shm", "directory of the test file")
+            .value_parser(value_parser!(PathBuf)),
+    )
+    .arg(
+        cli::opt("size", "MiB", "256", "size of the test file, at least 64")
+            .value_parser(value_parser!(usize)),
+    )
+    .arg(
+        cli::opt("faults", "N", "40000", "random faults per run")
+            .value_parser(value_parser!(usize)),
+    )
+    .arg(
+        cli::opt("rounds", "N", "3", "rounds, the stores taking turns")
+            .value_parser(value_parser!(usize)),
+    )
+    .get_matches();
+    let dir: PathBuf = cli::get(&m, "dir");
+    let (size_mib, faults, rounds): (usize, usize, usize) = (
+        cli::get(&m, "size"),
+        cli::get(&m, "faults"),
+        cli::get(&m, "rounds"),
+    );
     if size_mib < 64 || rounds == 0 {
         return Err("--size must be at least 64 (MiB) and --rounds at least 1".into());
     }

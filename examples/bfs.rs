@@ -25,6 +25,7 @@
 //! 2 MiB fill units, and hugetlbfs 2 MiB pages (the pool is raised and
 //! restored). Root is needed; rows that cannot run say why.
 
+use umio_bench::cli::{self, value_parser};
 use umio_bench::policy_workload;
 
 use std::fs::File;
@@ -190,22 +191,33 @@ impl Drop for HugePool {
 }
 
 fn main() -> Result<()> {
-    let (mut scale, mut edge_factor, mut cache_mib) = (20u32, 16usize, 0usize);
-    let mut all = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--all" {
-            all = true;
-            continue;
-        }
-        let v: usize = args.next().ok_or(format!("{a} needs a value"))?.parse()?;
-        match a.as_str() {
-            "--scale" => scale = u32::try_from(v)?,
-            "--edge-factor" => edge_factor = v,
-            "--cache" => cache_mib = v,
-            _ => return Err(format!("unknown argument {a}; see the example's doc comment").into()),
-        }
-    }
+    let m = cli::command(
+        "bfs",
+        "Out-of-core breadth-first search over a generated R-MAT graph mapped with a cache \
+         a quarter of its size: Linux mmap under a cgroup limit beside umio's page settings.",
+    )
+    .arg(cli::opt("scale", "N", "20", "2^N vertices, 10 to 26").value_parser(value_parser!(u32)))
+    .arg(cli::opt("edge-factor", "N", "16", "edges per vertex").value_parser(value_parser!(usize)))
+    .arg(
+        cli::opt(
+            "cache",
+            "MiB",
+            "0",
+            "cache size; 0: a quarter of the graph, at least 16",
+        )
+        .value_parser(value_parser!(usize)),
+    )
+    .arg(cli::switch(
+        "all",
+        "also run the configurations that thrash on random access",
+    ))
+    .get_matches();
+    let (scale, edge_factor, cache_mib): (u32, usize, usize) = (
+        cli::get(&m, "scale"),
+        cli::get(&m, "edge-factor"),
+        cli::get(&m, "cache"),
+    );
+    let all = m.get_flag("all");
     if !(10..=26).contains(&scale) || edge_factor == 0 {
         return Err("--scale must be 10 to 26, --edge-factor at least 1".into());
     }

@@ -16,6 +16,7 @@ const MIB: u64 = 1 << 20;
 const LEN: usize = 256 << 20;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    umio_bench::cli::command("cache_resize", "A cache that breathes: two threads read random pages while the cache bound goes 64 MiB -> 16 MiB -> 64 MiB; a table every 100 ms.").get_matches();
     let path = std::env::temp_dir().join(format!("umio-cache-resize-{}.bin", std::process::id()));
     let mut f = std::fs::File::create(&path)?;
     for i in 0..LEN / (1 << 20) {

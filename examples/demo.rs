@@ -68,19 +68,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use umio_bench::cli::{self, value_parser};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
-
-const USAGE: &str = "\
-usage: demo [--dir DIR] [--size MiB] [--budget MiB] [--cache MiB] [--page-size KiB] [--ops N]
-  --dir DIR         directory of the data file (default: the temp directory)
-  --size MiB        size of the data file (default 256)
-  --budget MiB      memory cgroup limit of each side (default: a quarter of the file)
-  --cache MiB       umio cache bound (default: the budget less 16 MiB, at least half of it)
-  --page-size KiB   umio fill unit, a multiple of 4 (default 4)
-  --ops N           random reads (default 200000); writes are N/8
-Other umio settings come from UMIO_* environment variables (Builder::from_env).
-";
 
 const MIB: usize = 1 << 20;
 /// Unit of the write workload.
@@ -242,48 +232,57 @@ struct Args {
 
 impl Args {
     fn parse() -> Result<Args> {
-        let mut args = Args {
-            dir: std::env::temp_dir(),
-            size_mib: 256,
-            budget_mib: None,
-            cache_mib: None,
-            page_kib: 4,
-            ops: 200_000,
+        let positive = |v: &str| -> std::result::Result<usize, String> {
+            v.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("{v:?} is not a positive number"))
         };
-        let mut it = std::env::args().skip(1);
-        while let Some(arg) = it.next() {
-            if arg == "-h" || arg == "--help" {
-                print!("{USAGE}");
-                std::process::exit(0);
-            }
-            let (flag, value) = match arg.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    (flag.to_owned(), value.to_owned())
-                }
-                _ => {
-                    let value = it
-                        .next()
-                        .ok_or_else(|| format!("{arg} needs a value\n{USAGE}"))?;
-                    (arg, value)
-                }
-            };
-            let number = |v: &str| -> Result<usize> {
-                v.parse::<usize>()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("{flag}: {v:?} is not a positive number").into())
-            };
-            match flag.as_str() {
-                "--dir" => args.dir = value.into(),
-                "--size" => args.size_mib = number(&value)?,
-                "--budget" => args.budget_mib = Some(number(&value)?),
-                "--cache" => args.cache_mib = Some(number(&value)?),
-                "--page-size" => args.page_kib = number(&value)?,
-                "--ops" => args.ops = number(&value)? as u64,
-                _ => return Err(format!("unknown flag {flag}\n{USAGE}").into()),
-            }
-        }
-        Ok(args)
+        let m = cli::command(
+            "demo",
+            "umio beside Linux mmap, each under the same memory cgroup limit: random reads, a \
+             scan and random writes over a file larger than the memory allowed.\n\
+             Other umio settings come from UMIO_* environment variables (Builder::from_env).",
+        )
+        .arg(
+            cli::opt_none(
+                "dir",
+                "DIR",
+                "directory of the data file (default: the temp directory)",
+            )
+            .value_parser(value_parser!(PathBuf)),
+        )
+        .arg(cli::opt("size", "MiB", "256", "size of the data file").value_parser(positive))
+        .arg(
+            cli::opt_none(
+                "budget",
+                "MiB",
+                "memory cgroup limit of each side (default: a quarter of the file)",
+            )
+            .value_parser(positive),
+        )
+        .arg(
+            cli::opt_none(
+                "cache",
+                "MiB",
+                "umio cache bound (default: the budget less 16 MiB, at least half of it)",
+            )
+            .value_parser(positive),
+        )
+        .arg(
+            cli::opt("page-size", "KiB", "4", "umio fill unit, a multiple of 4")
+                .value_parser(positive),
+        )
+        .arg(cli::opt("ops", "N", "200000", "random reads; writes are N/8").value_parser(positive))
+        .get_matches();
+        Ok(Args {
+            dir: cli::get_opt(&m, "dir").unwrap_or_else(std::env::temp_dir),
+            size_mib: cli::get(&m, "size"),
+            budget_mib: cli::get_opt(&m, "budget"),
+            cache_mib: cli::get_opt(&m, "cache"),
+            page_kib: cli::get(&m, "page-size"),
+            ops: cli::get::<usize>(&m, "ops") as u64,
+        })
     }
 }
 

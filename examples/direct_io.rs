@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use umio::backends::{cached_bytes, dio_alignment};
 use umio::{MapOptions, Runtime};
+use umio_bench::cli::{self, value_parser};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -35,26 +36,31 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args {
-        dir: std::env::temp_dir(),
-        size_mib: 1024,
-        cache_mib: 256,
-        reads: 20_000,
-        rounds: 3,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--dir" => a.dir = v.into(),
-            "--size" => a.size_mib = v.parse()?,
-            "--cache" => a.cache_mib = v.parse()?,
-            "--reads" => a.reads = v.parse()?,
-            "--rounds" => a.rounds = v.parse()?,
-            _ => return Err(format!("unknown flag {flag}").into()),
-        }
-    }
-    Ok(a)
+    let m = cli::command(
+        "direct_io",
+        "Random 4 KiB reads: umio with its defaults (O_DIRECT where allowed) beside the \
+         device's own O_DIRECT reads, and what the kernel's page cache holds afterwards.",
+    )
+    .arg(
+        cli::opt_none(
+            "dir",
+            "DIR",
+            "directory of the test file (default: the temporary directory)",
+        )
+        .value_parser(value_parser!(PathBuf)),
+    )
+    .arg(cli::opt("size", "MiB", "1024", "size of the test file").value_parser(value_parser!(u64)))
+    .arg(cli::opt("cache", "MiB", "256", "umio's cache").value_parser(value_parser!(u64)))
+    .arg(cli::opt("reads", "N", "20000", "reads per run").value_parser(value_parser!(usize)))
+    .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
+    .get_matches();
+    Ok(Args {
+        dir: cli::get_opt(&m, "dir").unwrap_or_else(std::env::temp_dir),
+        size_mib: cli::get(&m, "size"),
+        cache_mib: cli::get(&m, "cache"),
+        reads: cli::get(&m, "reads"),
+        rounds: cli::get(&m, "rounds"),
+    })
 }
 
 /// xorshift64: the offsets of the reads.

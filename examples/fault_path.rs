@@ -8,13 +8,24 @@
 //! in full mode, a loop mount for the major-fault row; a few seconds).
 
 use umio_bench::bench;
+use umio_bench::cli::{self, Arg, value_parser};
 use umio_bench::fault_path;
 
 fn main() {
-    let faults = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2000);
+    let m = cli::command(
+        "fault_path",
+        "One umio miss broken into its steps in cycles, beside the floor of the mechanism and \
+         Linux's own minor, anonymous and major faults.",
+    )
+    .arg(
+        Arg::new("faults")
+            .value_name("FAULTS")
+            .default_value("2000")
+            .value_parser(value_parser!(usize))
+            .help("faults measured per row"),
+    )
+    .get_matches();
+    let faults: usize = cli::get(&m, "faults");
     let run = || -> bench::Result<()> {
         let data = bench::Data::new(256, true)?;
         if let Some(why) = &data.no_ext4 {

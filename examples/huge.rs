@@ -19,6 +19,7 @@
 //! exit; the cgroup and the loop device). Without them the rows that need
 //! them are skipped, saying why.
 
+use umio_bench::cli::{self, value_parser};
 use umio_bench::policy_workload;
 
 use std::fs::File;
@@ -230,22 +231,30 @@ fn row(name: &str, p: &Params, o: &Outcome, base: Option<&Outcome>, clustered_op
 }
 
 fn main() -> Result<()> {
-    let mut p = Params {
-        size: 256 * MIB,
-        cache: 64 * MIB,
-        ops: 200_000,
+    let m = cli::command(
+        "huge",
+        "Huge pages beside Linux mmap: 4 KiB pages, promotion to 2 MiB, 2 MiB fill units and \
+         hugetlbfs pages on a scan and a random workload over a file four times the cache.",
+    )
+    .arg(
+        cli::opt(
+            "size",
+            "MiB",
+            "256",
+            "size of the file, a multiple of 2, at least 16",
+        )
+        .value_parser(value_parser!(usize)),
+    )
+    .arg(
+        cli::opt("cache", "MiB", "64", "cache size, at least 8").value_parser(value_parser!(usize)),
+    )
+    .arg(cli::opt("ops", "N", "200000", "random operations").value_parser(value_parser!(usize)))
+    .get_matches();
+    let p = Params {
+        size: cli::get::<usize>(&m, "size") * MIB,
+        cache: cli::get::<usize>(&m, "cache") * MIB,
+        ops: cli::get(&m, "ops"),
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val =
-            || -> Result<usize> { Ok(args.next().ok_or(format!("{a} needs a value"))?.parse()?) };
-        match a.as_str() {
-            "--size" => p.size = val()? * MIB,
-            "--cache" => p.cache = val()? * MIB,
-            "--ops" => p.ops = val()?,
-            _ => return Err(format!("unknown argument {a}; see the example's doc comment").into()),
-        }
-    }
     if p.size < 16 * MIB || p.cache < 8 * MIB || !p.size.is_multiple_of(2 * MIB) {
         return Err("--size must be a multiple of 2 (MiB), at least 16; --cache at least 8".into());
     }

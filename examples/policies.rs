@@ -25,6 +25,7 @@ use std::process::ExitCode;
 use policy_workload::{Params, print_table, run_all};
 
 fn main() -> ExitCode {
+    umio_bench::cli::command("policies", "Eviction policies side by side (FIFO, CLOCK, LRU, 2Q and Linux mmap under a cgroup limit) on a hot set read while a scan runs, then a cold scan.").get_matches();
     let p = Params {
         file_mib: 128,
         cache_mib: 16,

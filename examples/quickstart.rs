@@ -8,6 +8,11 @@
 use std::io::Write;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    umio_bench::cli::command(
+        "quickstart",
+        "The README's quick start: map a file through umio, read and write it, flush, unmap.",
+    )
+    .get_matches();
     // A 4 MiB file to play with.
     let path = std::env::temp_dir().join(format!("umio-quickstart-{}.bin", std::process::id()));
     std::fs::File::create(&path)?.write_all(&vec![b'.'; 4 << 20])?;

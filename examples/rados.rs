@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use umio::backends::{IoRequest, RadosOptions, RadosStore};
 use umio::{MapOptions, PrefetchKind, Runtime, Store};
+use umio_bench::cli::{self, value_parser};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -40,29 +41,40 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args {
-        objectstores: vec!["memstore".into(), "bluestore".into()],
-        conf: None,
-        size: 64 << 20,
-        faults: 2000,
+    let m = cli::command(
+        "rados",
+        "The RADOS store on a local one-OSD cluster: what requests in flight and prefetch buy \
+         when every read is a network round trip.",
+    )
+    .arg(
+        cli::opt("objectstore", "KIND", "both", "the OSD's object store").value_parser([
+            "memstore",
+            "bluestore",
+            "both",
+        ]),
+    )
+    .arg(
+        cli::opt_none(
+            "conf",
+            "CEPH_CONF",
+            "a running cluster's ceph.conf (default: start one)",
+        )
+        .value_parser(value_parser!(PathBuf)),
+    )
+    .arg(cli::opt("size", "MiB", "64", "size of the object set").value_parser(value_parser!(usize)))
+    .arg(
+        cli::opt("faults", "N", "2000", "random faults per run").value_parser(value_parser!(usize)),
+    )
+    .get_matches();
+    let a = Args {
+        objectstores: match cli::get::<String>(&m, "objectstore").as_str() {
+            "both" => vec!["memstore".into(), "bluestore".into()],
+            s => vec![s.into()],
+        },
+        conf: cli::get_opt(&m, "conf"),
+        size: cli::get::<usize>(&m, "size") << 20,
+        faults: cli::get(&m, "faults"),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--objectstore" => {
-                a.objectstores = match value()?.as_str() {
-                    "both" => vec!["memstore".into(), "bluestore".into()],
-                    s @ ("memstore" | "bluestore") => vec![s.into()],
-                    s => return Err(format!("unknown object store {s}").into()),
-                }
-            }
-            "--conf" => a.conf = Some(value()?.into()),
-            "--size" => a.size = value()?.parse::<usize>()? << 20,
-            "--faults" => a.faults = value()?.parse()?,
-            _ => return Err(format!("unknown argument {flag}; see the example's doc").into()),
-        }
-    }
     if a.size < 1 << 20 || a.faults == 0 {
         return Err("--size is at least 1 (MiB) and --faults at least 1".into());
     }

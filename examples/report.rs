@@ -9,6 +9,7 @@
 //! runs are skipped and the report says why.
 
 use umio_bench::bench;
+use umio_bench::cli::{self, Arg, value_parser};
 use umio_bench::fault_path;
 use umio_bench::svg;
 
@@ -50,10 +51,19 @@ impl Report {
 }
 
 fn main() {
-    let out = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/umio-report"));
+    let m = cli::command(
+        "report",
+        "Runs umio's benchmarks and writes a Markdown report with SVG charts to OUT.",
+    )
+    .arg(
+        Arg::new("out")
+            .value_name("OUT")
+            .default_value("target/umio-report")
+            .value_parser(value_parser!(PathBuf))
+            .help("directory of the report"),
+    )
+    .get_matches();
+    let out: PathBuf = cli::get(&m, "out");
     if let Err(e) = run(out) {
         eprintln!("report: {e}");
         std::process::exit(1);

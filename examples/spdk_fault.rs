@@ -17,6 +17,7 @@
 //! 4 KiB reads at queue depth 1, without faults: the device's share.
 
 use umio_bench::bench;
+use umio_bench::cli::{self, Arg, value_parser};
 use umio_bench::fault_path;
 
 use std::fs::File;
@@ -46,10 +47,20 @@ struct Stores {
 }
 
 fn main() {
-    let faults: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2000);
+    let m = cli::command(
+        "spdk_fault",
+        "Cold 4 KiB faults on umio mappings over an SPDK malloc bdev, beside the same faults \
+         over a tmpfs file read with pread and with io_uring.",
+    )
+    .arg(
+        Arg::new("faults")
+            .value_name("FAULTS")
+            .default_value("2000")
+            .value_parser(value_parser!(usize))
+            .help("faults measured per row"),
+    )
+    .get_matches();
+    let faults: usize = cli::get(&m, "faults");
     if let Err(e) = run(faults) {
         eprintln!("spdk_fault: {e}");
         std::process::exit(1);

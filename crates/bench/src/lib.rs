@@ -8,9 +8,11 @@
 //!   `mmap` mappings side by side, and the workloads;
 //! - [`fault_path`]: the fault-path microbenchmark;
 //! - [`policy_workload`]: the workload where the eviction policy matters;
-//! - [`svg`]: the report's charts.
+//! - [`svg`]: the report's charts;
+//! - [`cli`]: the examples' command lines (`--help` for each).
 
 pub mod bench;
+pub mod cli;
 pub mod fault_path;
 pub mod policy_workload;
 pub mod svg;

@@ -1,0 +1,106 @@
+//! Every example takes `--help` (what it does, its flags and defaults,
+//! exit 0) and refuses a flag it does not know (exit 2, naming it): one
+//! parser for all (`umio_bench::cli`). rados and spdk_fault need their
+//! cargo features and libraries, and are not built here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `exe` with `args`; fails the test if it has not exited within 30
+/// seconds (an example that ignored `--help` would start its workload).
+fn run(exe: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} {args:?} still runs after 30 s", exe.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+const EXAMPLES: [&str; 10] = [
+    "direct_io",
+    "backends",
+    "bfs",
+    "cache_resize",
+    "demo",
+    "fault_path",
+    "huge",
+    "policies",
+    "quickstart",
+    "report",
+];
+
+/// The examples of this test run's profile, built fresh (a test target
+/// alone does not build them).
+fn examples_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap();
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--quiet", "--examples"])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cargo.arg("--release");
+        }
+        Some(profile) => {
+            cargo.args(["--profile", profile]);
+        }
+        None => panic!("no profile directory above {}", exe.display()),
+    }
+    let out = cargo.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building the examples failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    profile_dir.join("examples")
+}
+
+#[test]
+fn every_example_has_help_and_refuses_unknown_flags() {
+    let dir = examples_dir();
+    for name in EXAMPLES {
+        let exe = dir.join(name);
+        let help = run(&exe, &["--help"]);
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(help.status.success(), "{name} --help: {}", help.status);
+        assert!(
+            text.contains(&format!("Usage: {name}")),
+            "{name} --help:\n{text}"
+        );
+        assert!(
+            text.lines().next().is_some_and(|l| l.len() > 20),
+            "{name}: no description:\n{text}"
+        );
+        let bad = run(&exe, &["--no-such-flag"]);
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert_eq!(bad.status.code(), Some(2), "{name} --no-such-flag:\n{err}");
+        assert!(err.contains("--no-such-flag"), "{name}:\n{err}");
+    }
+    // Flags with values show their defaults.
+    let demo = run(&dir.join("demo"), &["--help"]);
+    let text = String::from_utf8_lossy(&demo.stdout);
+    assert!(
+        text.contains("--size <MiB>") && text.contains("[default: 256]"),
+        "{text}"
+    );
+    let bad = run(&dir.join("demo"), &["--size", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a positive number"));
+}
