@@ -215,6 +215,7 @@ c_tests! {
     coherence, coherence_sanitized: &[], "coherence: ok";
     cache_resize, cache_resize_sanitized: &[], "cache_resize: ok";
     flags, flags_sanitized: &[], "flags: ok";
+    advice, advice_sanitized: &[], "advice: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails
