@@ -240,6 +240,33 @@ fn writes_persist_through_eviction_and_flush() {
     m.unmap().unwrap();
 }
 
+/// `Advice::Remove` on a RADOS mapping: dirty bytes around the range are
+/// kept, the range reads zeros in the mapping and in the objects (across
+/// object boundaries), and the length is unchanged.
+#[test]
+fn remove_zeroes_the_range_in_the_objects() {
+    let Some(cluster) = Cluster::shared() else {
+        return;
+    };
+    let data = random_bytes((1 << 20) + 1000, 13);
+    let prefix = unique("remove");
+    let store = create_with(cluster, &prefix, &data);
+    let rt = runtime(256 << 10, 4096, 2);
+    let mut m = map(&rt, &store, true);
+    let mut model = data.clone();
+    let dirty = random_bytes(3 * 4096, 14);
+    let at = OBJECT as usize - 8192;
+    m.as_mut_slice()[at..at + dirty.len()].copy_from_slice(&dirty);
+    model[at..at + dirty.len()].copy_from_slice(&dirty);
+    let range = at + 4096..at + 4096 + OBJECT as usize;
+    m.advise(range.clone(), umio::Advice::Remove).unwrap();
+    model[range].fill(0);
+    assert_same(m.as_slice(), &model, "the mapping");
+    m.flush().unwrap();
+    assert_same(&contents(cluster, &prefix), &model, "fresh connection");
+    m.unmap().unwrap();
+}
+
 /// The last, partial page: bytes past the end read as zero, and writing
 /// the part inside the store writes nothing beyond it.
 #[test]

@@ -217,6 +217,7 @@ c_tests! {
     flags, flags_sanitized: &[], "flags: ok";
     old_structs, old_structs_sanitized: &[], "old_structs: ok";
     runtime_stats, runtime_stats_sanitized: &[], "runtime_stats: ok";
+    advice, advice_sanitized: &[], "advice: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails
