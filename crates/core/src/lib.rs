@@ -49,5 +49,5 @@ pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
 pub use runtime::Runtime;
-pub use stats::{RegionStats, Stats};
+pub use stats::{RegionStats, Stats, format_bytes};
 pub use trace::{FaultTrace, now as trace_clock};

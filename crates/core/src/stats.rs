@@ -204,8 +204,8 @@ region_counters! {
     no_progress_faults,
 }
 
-/// `n` bytes for people: `512 B`, `12.0 MiB`.
-fn bytes(n: u64) -> String {
+/// `n` bytes for people: `512 B`, `12.0 MiB` (binary units, one decimal).
+pub fn format_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut unit = 0;
@@ -250,15 +250,15 @@ impl std::fmt::Display for Stats {
             f,
             "reads: {} store reads, {}, {} prefetched pages, {} errors",
             self.store_reads,
-            bytes(self.bytes_read),
+            format_bytes(self.bytes_read),
             self.prefetched_pages,
             self.read_errors
         )?;
         writeln!(
             f,
             "cache: {} resident of {}, {} evicted pages ({} dirty), {} regions",
-            bytes(self.resident_bytes),
-            bytes(self.cache_bytes),
+            format_bytes(self.resident_bytes),
+            format_bytes(self.cache_bytes),
             self.evicted_pages,
             self.evicted_dirty_pages,
             self.regions
@@ -267,7 +267,7 @@ impl std::fmt::Display for Stats {
             f,
             "write-back: {} writes, {}, {} errors",
             self.writeback_ops,
-            bytes(self.bytes_written),
+            format_bytes(self.bytes_written),
             self.write_errors
         )?;
         if self.huge_faults + self.promotions + self.huge_cache_bytes > 0 {
@@ -277,8 +277,8 @@ impl std::fmt::Display for Stats {
                 self.huge_faults,
                 self.promotions,
                 self.promotions_done,
-                bytes(self.huge_pool_bytes),
-                bytes(self.huge_cache_bytes)
+                format_bytes(self.huge_pool_bytes),
+                format_bytes(self.huge_cache_bytes)
             )?;
         }
         if self.no_progress_faults > 0 {

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use umio_core::{Runtime, Stats};
+use umio_core::{Runtime, Stats, format_bytes};
 
 /// Starts the monitor thread: a line every `seconds`, for the life of the
 /// process (the thread holds the runtime, which libumio never stops).
@@ -26,22 +26,6 @@ pub(crate) fn start(rt: &Runtime, seconds: u64) {
     }
 }
 
-/// `n` bytes for people: `12.0 MiB`.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 /// One monitor line.
 pub(crate) fn line(s: &Stats) -> String {
     format!(
@@ -53,12 +37,12 @@ pub(crate) fn line(s: &Stats) -> String {
         s.write_misses,
         s.wp_faults,
         s.coalesced,
-        bytes(s.bytes_read),
-        bytes(s.resident_bytes),
-        bytes(s.cache_bytes),
+        format_bytes(s.bytes_read),
+        format_bytes(s.resident_bytes),
+        format_bytes(s.cache_bytes),
         s.evicted_pages,
         s.evicted_dirty_pages,
-        bytes(s.bytes_written),
+        format_bytes(s.bytes_written),
         s.write_errors,
         s.regions,
     )
@@ -70,9 +54,9 @@ mod tests {
 
     #[test]
     fn bytes_are_readable() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(3 << 19), "1.5 MiB");
-        assert_eq!(bytes(2 << 30), "2.0 GiB");
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(3 << 19), "1.5 MiB");
+        assert_eq!(format_bytes(2 << 30), "2.0 GiB");
     }
 }
