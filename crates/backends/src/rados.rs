@@ -740,20 +740,11 @@ impl Store for RadosStore {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        let mut batch = [IoRequest::read(offset, buf)];
-        self.submit(&mut batch);
-        batch[0]
-            .result()
-            .unwrap_or(Err(StoreError::new(StoreOp::Read, offset, libc::EIO)))
+        crate::request::read_one(self, offset, buf)
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        let mut batch = [IoRequest::write(offset, buf)];
-        self.submit(&mut batch);
-        batch[0]
-            .result()
-            .unwrap_or(Err(StoreError::new(StoreOp::Write, offset, libc::EIO)))
-            .map(drop)
+        crate::request::write_one(self, offset, buf)
     }
 
     fn sync(&self) -> Result<(), StoreError> {

@@ -105,3 +105,38 @@ impl<'a> IoRequest<'a> {
         self.result = Some(r);
     }
 }
+
+/// `read_at` for a store whose I/O goes through [`Store::submit`]: one
+/// request in a batch of its own (`EIO` if the store left it without a
+/// result).
+pub(crate) fn read_one<S: Store + ?Sized>(
+    store: &S,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, StoreError> {
+    let mut batch = [IoRequest::read(offset, buf)];
+    store.submit(&mut batch);
+    batch[0].result().unwrap_or(Err(StoreError::new(
+        crate::StoreOp::Read,
+        offset,
+        libc::EIO,
+    )))
+}
+
+/// `write_at` through [`Store::submit`], as [`read_one`].
+pub(crate) fn write_one<S: Store + ?Sized>(
+    store: &S,
+    offset: u64,
+    buf: &[u8],
+) -> Result<(), StoreError> {
+    let mut batch = [IoRequest::write(offset, buf)];
+    store.submit(&mut batch);
+    batch[0]
+        .result()
+        .unwrap_or(Err(StoreError::new(
+            crate::StoreOp::Write,
+            offset,
+            libc::EIO,
+        )))
+        .map(drop)
+}
