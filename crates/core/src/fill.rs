@@ -20,7 +20,7 @@ use crate::prefetch::{Fault, FaultKind};
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
-use crate::shared::Shared;
+use crate::shared::{PrefetchJob, Shared};
 use crate::sys::mm;
 use crate::trace::Step;
 
@@ -187,7 +187,7 @@ impl Shared {
             advice: region.advice_for(page as u64),
             thread: w.thread,
         };
-        self.consider_promotion(region, &fault);
+        self.consider_promotion(region, &fault, w.in_signal);
         let mut fetch = std::mem::take(&mut w.fetch);
         fetch.clear();
         // A policy that panics (the application's own) loses its advice,
@@ -198,6 +198,22 @@ impl Shared {
         if asked.is_err() {
             log::error!("umio: the prefetch policy panicked; nothing prefetched");
             fetch.clear();
+        }
+        if w.in_signal {
+            // A signal handler hands read-ahead to the prefetch thread: a
+            // batch of reads goes through the store's batch path, which
+            // allocates. The faulting thread's own miss is already in.
+            if !fetch.is_empty() {
+                let _ = self.jobs().push_without_growing(PrefetchJob {
+                    region: region.clone(),
+                    pages: Vec::new(),
+                    fetch: fetch.clone(),
+                    promote: None,
+                });
+            }
+            fetch.clear();
+            w.fetch = fetch;
+            return;
         }
         let mut ranges = std::mem::take(&mut w.fetch_pages);
         ranges.clear();

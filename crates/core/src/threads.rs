@@ -148,6 +148,21 @@ fn prefetch_main(shared: Arc<Shared>) {
         if let Some(_g) = job.region.enter() {
             match job.promote {
                 Some(chunk) => shared.promote(&mut w, &job.region, chunk),
+                None if !job.fetch.is_empty() => {
+                    // Read-ahead a signal handler asked for: free cache
+                    // only, as a filler's read-ahead.
+                    let mut ranges = std::mem::take(&mut w.fetch_pages);
+                    ranges.clear();
+                    ranges.extend(
+                        job.fetch
+                            .as_slice()
+                            .iter()
+                            .map(|r| r.start as usize..r.end as usize),
+                    );
+                    ranges.sort_unstable_by_key(|r| r.start);
+                    shared.fill_ranges(&mut w, &job.region, &ranges, false);
+                    w.fetch_pages = ranges;
+                }
                 None => {
                     shared.fill_ranges(&mut w, &job.region, &job.pages, true);
                 }
