@@ -259,7 +259,8 @@ impl ShardedQueues {
     /// over the shards with slack for their unevenness.
     fn reserve(&self, pages: usize) {
         let per = (2 * pages).div_ceil(self.shards.len()) * 5 / 4 + 64;
-        self.shards.for_each(|q| q.reserve(per.saturating_sub(q.len())));
+        self.shards
+            .for_each(|q| q.reserve(per.saturating_sub(q.len())));
     }
 
     fn forget_region(&self, region: u64) {

@@ -586,6 +586,10 @@ struct umio_runtime_stats {
   // and the last bucket those of 2^(UMIO_LATENCY_BUCKETS - 1) ns or
   // more.
   uint64_t fault_latency[UMIO_LATENCY_BUCKETS];
+  // Of faults, those served in the faulting thread (fault service
+  // "in-thread", see umio_config_set_fault_service); the rest were
+  // served by filler threads.
+  uint64_t in_thread_faults;
 };
 
 #ifdef __cplusplus
@@ -724,6 +728,21 @@ int umio_advise(const void *addr, size_t len, int advice);
 // None: the address is looked up among umio's mappings, never
 // dereferenced.
 int umio_pin(const void *addr, size_t len);
+
+// Faults the pages of [addr, addr + len) in now, on the calling thread
+// (MADV_POPULATE_READ); with write nonzero (a writable mapping) also
+// takes each page's first-write fault without changing a byte
+// (MADV_POPULATE_WRITE). Call it before passing mapped memory to a
+// system call when the kernel's own accesses are not served (the
+// in-thread fault service, or a user-mode-only userfaultfd): a
+// non-resident page, or a clean page the call writes into, fails it with
+// EFAULT. Returns 0, or -1 with errno EINVAL (not umio's, or write
+// on a read-only mapping) or the store's errno.
+//
+// Requirements:
+// None: the address is looked up among umio's mappings, never
+// dereferenced by the caller's promise (umio touches its own pages).
+int umio_populate(const void *addr, size_t len, int write);
 
 // Unpins the pages of [addr, addr + len). Returns 0, or -1 with errno
 // EINVAL.
@@ -865,6 +884,21 @@ int umio_config_set_read_ahead(size_t bytes);
 // Requirements:
 // name is NULL (EINVAL) or a NUL-terminated string.
 int umio_config_set_uffd_mode(const char *name);
+
+// How faults are served, by name (any case): "fillers" (the default:
+// filler threads read fault events and resolve them), "in-thread" (the
+// faulting thread serves its own fault in umio's SIGBUS handler, chained
+// to the application's: no thread hand-off; a non-resident mapped buffer
+// passed to a system call then fails it with EFAULT: call
+// umio_populate first) or "auto" (in-thread where the userfaultfd is
+// user-mode-only anyway). Overrides UMIO_FAULT_SERVICE; before the
+// first mapping only (after it EBUSY); EINVAL for NULL or another
+// name. ENOTSUP at the first mapping if the kernel lacks
+// UFFD_FEATURE_SIGBUS.
+//
+// Requirements:
+// name is NULL (EINVAL) or a NUL-terminated string.
+int umio_config_set_fault_service(const char *name);
 
 // Whether files mapped with the pread backend (the default) are read
 // and written through the kernel's page cache too: on nonzero keeps

@@ -145,6 +145,10 @@ pub struct umio_runtime_stats {
     /// and the last bucket those of `2^(UMIO_LATENCY_BUCKETS - 1)` ns or
     /// more.
     pub fault_latency: [u64; UMIO_LATENCY_BUCKETS],
+    /// Of `faults`, those served in the faulting thread (fault service
+    /// `"in-thread"`, see `umio_config_set_fault_service`); the rest were
+    /// served by filler threads.
+    pub in_thread_faults: u64,
 }
 
 /// Buckets of `umio_runtime_stats.fault_latency`.
@@ -183,6 +187,7 @@ impl umio_runtime_stats {
             regions: s.regions,
             fault_latency_sum_ns: s.fault_latency.sum_ns,
             fault_latency: s.fault_latency.buckets,
+            in_thread_faults: s.in_thread_faults,
         }
     }
 }
