@@ -1,5 +1,5 @@
 //! Filling pages: a miss (`fill_fault`), read-ahead after a fault
-//! (`prefetch_after`) and batches of ranges (`fill_ranges`, behind
+//! (`prefetch_after`, queued on the prefetch thread) and batches of ranges (`fill_ranges`, behind
 //! prefetch, pin and promotion); the cache reservation they make first,
 //! with direct reclaim when the cache is full (`reserve`); installing the
 //! bytes (`UFFDIO_COPY`, `install`) or, when a read fails, poisoning the
@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 use umio_backends::{IoRequest, StoreError};
-use umio_cache::PageState;
+use umio_cache::{Observed, PageState};
 
 use crate::prefetch::{Fault, FaultKind};
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
-use crate::shared::Shared;
+use crate::shared::{PrefetchJob, Shared};
 use crate::sys::mm;
 use crate::trace::Step;
 
@@ -156,10 +156,12 @@ impl Shared {
         }
     }
 
-    /// Shows a resolved fault to the region's prefetcher and fills what it
-    /// asks for, on this filler, after the faulting thread was woken (or,
-    /// for a coalesced fault, while it waits for another thread's fill).
-    /// Uses free cache only.
+    /// Shows a resolved fault to the region's prefetcher and queues what it
+    /// asks for on the `umio-prefetch` thread, after the faulting thread
+    /// was woken (or, for a coalesced fault, while it waits for another
+    /// thread's fill): the reads are in flight while the application
+    /// consumes what it has, and this filler goes back to fault events at
+    /// once. Read-ahead uses free cache only.
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
@@ -189,21 +191,37 @@ impl Shared {
             log::error!("umio: the prefetch policy panicked; nothing prefetched");
             fetch.clear();
         }
-        let mut ranges = std::mem::take(&mut w.fetch_pages);
-        ranges.clear();
-        ranges.extend(
-            fetch
-                .as_slice()
-                .iter()
-                .map(|r| r.start as usize..r.end as usize),
-        );
-        ranges.sort_unstable_by_key(|r| r.start);
-        if !ranges.is_empty() {
-            self.fill_ranges_in_slot(w, region, &ranges);
-        }
-        w.fetch_pages = ranges;
+        let pages = region.pages.len();
+        let mut ranges: Vec<Range<usize>> = fetch
+            .as_slice()
+            .iter()
+            .map(|r| r.start.min(pages as u64) as usize..r.end.min(pages as u64) as usize)
+            .filter(|r| !r.is_empty())
+            .collect();
         fetch.clear();
         w.fetch = fetch;
+        if ranges.is_empty() {
+            return;
+        }
+        // Only pages neither resident nor in flight: a window asked for
+        // again costs no job.
+        ranges.retain(|r| {
+            r.clone()
+                .any(|p| matches!(region.pages.get(p), Observed::Stable(PageState::Empty)))
+        });
+        if ranges.is_empty() {
+            return;
+        }
+        ranges.sort_unstable_by_key(|r| r.start);
+        let Some(region) = self.regions().get(region.id).cloned() else {
+            return;
+        };
+        self.jobs().push(PrefetchJob {
+            region,
+            pages: ranges,
+            promote: None,
+            readahead: true,
+        });
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
@@ -579,26 +597,6 @@ impl Shared {
         }
         w.in_store = true;
         self.fill_fault(w, region, page, write);
-        self.leave_store(w, region);
-    }
-
-    /// Runs read-ahead after a fault in one of the region's store slots, or
-    /// skips it when none is free (the region's store is slow or hung).
-    pub(crate) fn fill_ranges_in_slot(
-        &self,
-        w: &mut Scratch,
-        region: &Region,
-        ranges: &[std::ops::Range<usize>],
-    ) {
-        if w.in_store {
-            self.fill_ranges(w, region, ranges, false);
-            return;
-        }
-        if !region.store_slots.try_enter(self.store_slot_limit()) {
-            return;
-        }
-        w.in_store = true;
-        self.fill_ranges(w, region, ranges, false);
         self.leave_store(w, region);
     }
 

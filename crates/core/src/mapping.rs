@@ -804,6 +804,7 @@ impl Mapping {
             region: self.region.clone(),
             pages: vec![pages],
             promote: None,
+            readahead: false,
         });
         Ok(())
     }
@@ -851,6 +852,7 @@ impl Mapping {
             region: self.region.clone(),
             pages: merged,
             promote: None,
+            readahead: false,
         });
         Ok(())
     }

@@ -76,6 +76,7 @@ impl Shared {
             region,
             pages: Vec::new(),
             promote: Some(chunk),
+            readahead: false,
         });
     }
 

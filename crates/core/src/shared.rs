@@ -455,6 +455,9 @@ pub(crate) struct PrefetchJob {
     pub pages: Vec<Range<usize>>,
     /// Instead of filling `pages`: promote this 2 MiB range (claimed).
     pub promote: Option<usize>,
+    /// Read-ahead a prefetcher asked for after a fault: uses free cache
+    /// only (an explicit prefetch evicts older pages to make room).
+    pub readahead: bool,
 }
 
 /// The queue of [`PrefetchJob`]s, served in order by the `umio-prefetch`
@@ -489,6 +492,33 @@ impl JobQueue {
             }
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Moves into `job` the page ranges of the jobs queued right behind it
+    /// that fill the same region the same way (read-ahead jobs of several
+    /// streams, queued while the thread served the last batch), until
+    /// `job` holds `max_pages` pages or more: their reads then go to the
+    /// store in one batch, all in flight at once. Leaves `job`'s ranges
+    /// sorted.
+    pub fn merge_following(&self, job: &mut PrefetchJob, max_pages: usize) {
+        if job.promote.is_some() {
+            return;
+        }
+        let mut pages: usize = job.pages.iter().map(|r| r.len()).sum();
+        {
+            let mut q = self.lock();
+            while pages < max_pages
+                && let Some(next) = q.front()
+                && next.promote.is_none()
+                && next.readahead == job.readahead
+                && Arc::ptr_eq(&next.region, &job.region)
+            {
+                let Some(next) = q.pop_front() else { break };
+                pages += next.pages.iter().map(|r| r.len()).sum::<usize>();
+                job.pages.extend(next.pages);
+            }
+        }
+        job.pages.sort_unstable_by_key(|r| r.start);
     }
 
     /// Wakes the waiting thread so that it checks its stop condition.

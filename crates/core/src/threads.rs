@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `umio-filler-N` | [`filler_main`]: read fault events, resolve each (`fault.rs`) | its scratch and cache credit |
 //! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
-//! | `umio-prefetch` | [`prefetch_main`]: serve the job queue: fill ranges, promote (`fill.rs`, `promote.rs`) | its scratch |
+//! | `umio-prefetch` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
 
 use std::os::fd::AsRawFd;
@@ -139,20 +139,28 @@ fn filler_main(shared: Arc<Shared>) {
     w.credit.release_all(&shared.pool().budget);
 }
 
+/// Most bytes of queued jobs the prefetch thread merges into one batch.
+const MAX_MERGED_BYTES: usize = 8 << 20;
+
 fn prefetch_main(shared: Arc<Shared>) {
     let mut w = Scratch::new();
     loop {
-        let Some(job) = shared.jobs().next(|| shared.is_shutting_down()) else {
+        let Some(mut job) = shared.jobs().next(|| shared.is_shutting_down()) else {
             return;
         };
-        if let Some(_g) = job.region.enter() {
+        let region = job.region.clone();
+        if let Some(_g) = region.enter() {
             match job.promote {
-                Some(chunk) => shared.promote(&mut w, &job.region, chunk),
+                Some(chunk) => shared.promote(&mut w, &region, chunk),
                 None => {
-                    shared.fill_ranges(&mut w, &job.region, &job.pages, true);
+                    // The windows of every stream queued meanwhile go in
+                    // flight together.
+                    let max = (MAX_MERGED_BYTES / region.page_size).max(1);
+                    shared.jobs().merge_following(&mut job, max);
+                    shared.fill_ranges(&mut w, &region, &job.pages, !job.readahead);
                 }
             }
-        } else if let (Some(chunk), Some(h)) = (job.promote, &job.region.huge) {
+        } else if let (Some(chunk), Some(h)) = (job.promote, &region.huge) {
             // Being unmapped: give the claim back.
             h.abandon(chunk);
         }
