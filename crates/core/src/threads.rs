@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `umio-filler-N` | [`filler_main`]: read fault events, resolve each (`fault.rs`) | its scratch and cache credit |
 //! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
-//! | `umio-prefetch` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
+//! | `umio-prefetch`, `umio-prefetch-1` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
 
 use std::os::fd::AsRawFd;
@@ -51,8 +51,20 @@ pub(crate) fn spawn_all(
     if shared.cfg().cache_auto.is_some() {
         spawn("umio-autosize".into(), autosize_main, threads)?;
     }
-    spawn("umio-prefetch".into(), prefetch_main, threads)
+    for i in 0..PREFETCH_THREADS {
+        let name = match i {
+            0 => "umio-prefetch".to_string(),
+            i => format!("umio-prefetch-{i}"),
+        };
+        spawn(name, prefetch_main, threads)?;
+    }
+    Ok(())
 }
+
+/// Threads serving the job queue: two, so that one installs a batch (its
+/// `UFFDIO_COPY`s) while the other's reads are in flight, and two streams'
+/// windows are read and installed side by side.
+const PREFETCH_THREADS: usize = 2;
 
 /// Tells every thread to stop and waits for them.
 pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
