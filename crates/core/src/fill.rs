@@ -161,7 +161,9 @@ impl Shared {
     /// was woken (or, for a coalesced fault, while it waits for another
     /// thread's fill): the reads are in flight while the application
     /// consumes what it has, and this filler goes back to fault events at
-    /// once. Read-ahead uses free cache only.
+    /// once. Like an explicit prefetch, read-ahead evicts older pages when
+    /// the cache is full (on the prefetch thread, not on the fault path):
+    /// a scan larger than the cache keeps its read-ahead.
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
@@ -220,7 +222,6 @@ impl Shared {
             region,
             pages: ranges,
             promote: None,
-            readahead: true,
         });
     }
 

@@ -804,7 +804,6 @@ impl Mapping {
             region: self.region.clone(),
             pages: vec![pages],
             promote: None,
-            readahead: false,
         });
         Ok(())
     }
@@ -852,7 +851,6 @@ impl Mapping {
             region: self.region.clone(),
             pages: merged,
             promote: None,
-            readahead: false,
         });
         Ok(())
     }

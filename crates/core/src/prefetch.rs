@@ -181,8 +181,10 @@ impl FetchList {
 /// off the faulting thread's critical path, and a thread that faults on a
 /// page being prefetched waits for that page's read. Pages already
 /// resident or being filled are skipped, pages past the region's end are
-/// ignored, and prefetch never evicts to make room: it uses free cache
-/// only. The decision may be asked for from any thread.
+/// ignored, and when the cache is full the prefetch thread evicts older
+/// pages to make room, as for [`Advice::WillNeed`] (a scan larger than the
+/// cache keeps its read-ahead). The decision may be asked for from any
+/// thread.
 ///
 /// Implement [`on_miss`](Prefetcher::on_miss) to see misses only (the
 /// default `on_fault` calls it on each miss), or `on_fault` to see every

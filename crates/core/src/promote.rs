@@ -76,7 +76,6 @@ impl Shared {
             region,
             pages: Vec::new(),
             promote: Some(chunk),
-            readahead: false,
         });
     }
 

@@ -455,9 +455,6 @@ pub(crate) struct PrefetchJob {
     pub pages: Vec<Range<usize>>,
     /// Instead of filling `pages`: promote this 2 MiB range (claimed).
     pub promote: Option<usize>,
-    /// Read-ahead a prefetcher asked for after a fault: uses free cache
-    /// only (an explicit prefetch evicts older pages to make room).
-    pub readahead: bool,
 }
 
 /// The queue of [`PrefetchJob`]s, served in order by the `umio-prefetch`
@@ -494,9 +491,9 @@ impl JobQueue {
         }
     }
 
-    /// Moves into `job` the page ranges of the jobs queued right behind it
-    /// that fill the same region the same way (read-ahead jobs of several
-    /// streams, queued while the thread served the last batch), until
+    /// Moves into `job` the page ranges of the fill jobs queued right
+    /// behind it for the same region (read-ahead of several streams,
+    /// queued while the thread served the last batch), until
     /// `job` holds `max_pages` pages or more: their reads then go to the
     /// store in one batch, all in flight at once. Leaves `job`'s ranges
     /// sorted.
@@ -510,7 +507,6 @@ impl JobQueue {
             while pages < max_pages
                 && let Some(next) = q.front()
                 && next.promote.is_none()
-                && next.readahead == job.readahead
                 && Arc::ptr_eq(&next.region, &job.region)
             {
                 let Some(next) = q.pop_front() else { break };

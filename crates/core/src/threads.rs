@@ -169,7 +169,7 @@ fn prefetch_main(shared: Arc<Shared>) {
                     // flight together.
                     let max = (MAX_MERGED_BYTES / region.page_size).max(1);
                     shared.jobs().merge_following(&mut job, max);
-                    shared.fill_ranges(&mut w, &region, &job.pages, !job.readahead);
+                    shared.fill_ranges(&mut w, &region, &job.pages, true);
                 }
             }
         } else if let (Some(chunk), Some(h)) = (job.promote, &region.huge) {
