@@ -57,7 +57,9 @@ fn args() -> Args {
         )
         .value_parser(value_parser!(PathBuf)),
     )
-    .arg(cli::opt("size", "MiB", "1024", "size of the test file").value_parser(value_parser!(usize)))
+    .arg(
+        cli::opt("size", "MiB", "1024", "size of the test file").value_parser(value_parser!(usize)),
+    )
     .arg(cli::opt("cache", "MiB", "256", "umio's cache").value_parser(value_parser!(u64)))
     .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
     .arg(cli::switch("no-mmap", "skip the Linux mmap runs"))
@@ -169,7 +171,9 @@ fn run(
 fn main() -> Result<()> {
     let a = args();
     let len = a.size_mib * MIB;
-    let path = a.dir.join(format!("umio-scan-halves-{}", std::process::id()));
+    let path = a
+        .dir
+        .join(format!("umio-scan-halves-{}", std::process::id()));
     {
         let mut f = File::create(&path)?;
         let mut block = vec![0u8; MIB];

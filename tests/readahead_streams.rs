@@ -62,7 +62,8 @@ fn scan(parts: Vec<std::ops::Range<usize>>) -> (u64, u64) {
 #[test]
 fn two_threads_scanning_two_halves_are_each_read_ahead_as_one_thread_alone() {
     let half = PAGES / 2;
-    let (one_missed, one_ahead) = within_deadline("one thread, one half", move || scan(vec![0..half]));
+    let (one_missed, one_ahead) =
+        within_deadline("one thread, one half", move || scan(vec![0..half]));
     let (two_missed, two_ahead) = within_deadline("two threads, two halves", move || {
         scan(vec![0..half, half..PAGES])
     });

@@ -721,7 +721,9 @@ mod tests {
         assert_eq!(ra_miss(&ra, 101), [102..106]);
         let mut x = 12345u64;
         for _ in 0..ReadAhead::STREAMS - 2 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let page = 200 + (x >> 33) % 800;
             let mut f = FetchList::new();
             ra.on_fault(
@@ -780,7 +782,10 @@ mod tests {
         let ra = ReadAhead::new(0, 4096, 16 * 4096);
         assert!(ra_miss(&ra, 1).is_empty());
         assert!(ra_miss(&ra, 2).is_empty());
-        assert_eq!(ra_after(&ra, 3, FaultKind::Miss, Advice::Sequential), [4..20]);
+        assert_eq!(
+            ra_after(&ra, 3, FaultKind::Miss, Advice::Sequential),
+            [4..20]
+        );
         assert_eq!(
             ra_after(&ra, 995, FaultKind::Miss, Advice::Sequential),
             [996..1000]
@@ -823,7 +828,11 @@ mod tests {
         let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
         assert!(ra.on_miss(&miss(10, Advice::Normal)).is_empty());
         assert_eq!(ra.on_miss(&miss(11, Advice::Normal)), 12..16);
-        assert_eq!(ra.on_miss(&miss(16, Advice::Normal)), 17..41, "two windows, one range");
+        assert_eq!(
+            ra.on_miss(&miss(16, Advice::Normal)),
+            17..41,
+            "two windows, one range"
+        );
     }
 
     fn fault(page: u64, kind: FaultKind, advice: Advice) -> Fault {
