@@ -168,6 +168,8 @@ fn run(
     Ok((mbps.iter().sum::<f64>() / mbps.len() as f64, note))
 }
 
+// Each scan is a list of ranges, some of one range.
+#[allow(clippy::single_range_in_vec_init)]
 fn main() -> Result<()> {
     let a = args();
     let len = a.size_mib * MIB;

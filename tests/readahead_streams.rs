@@ -59,6 +59,8 @@ fn scan(parts: Vec<std::ops::Range<usize>>) -> (u64, u64) {
     (st.fills - st.prefetched, st.prefetched)
 }
 
+// Each scan is a list of ranges, some of one range.
+#[allow(clippy::single_range_in_vec_init)]
 #[test]
 fn two_threads_scanning_two_halves_are_each_read_ahead_as_one_thread_alone() {
     let half = PAGES / 2;
