@@ -1,5 +1,5 @@
 //! Filling pages: a miss (`fill_fault`), read-ahead after a fault
-//! (`prefetch_after`, queued on the prefetch thread) and batches of ranges (`fill_ranges`, behind
+//! (`prefetch_after`, here or queued on the prefetch threads) and batches of ranges (`fill_ranges`, behind
 //! prefetch, pin and promotion); the cache reservation they make first,
 //! with direct reclaim when the cache is full (`reserve`); installing the
 //! bytes (`UFFDIO_COPY`, `install`) or, when a read fails, poisoning the
@@ -156,14 +156,15 @@ impl Shared {
         }
     }
 
-    /// Shows a resolved fault to the region's prefetcher and queues what it
-    /// asks for on the `umio-prefetch` thread, after the faulting thread
-    /// was woken (or, for a coalesced fault, while it waits for another
-    /// thread's fill): the reads are in flight while the application
-    /// consumes what it has, and this filler goes back to fault events at
-    /// once. Like an explicit prefetch, read-ahead evicts older pages when
-    /// the cache is full (on the prefetch thread, not on the fault path):
-    /// a scan larger than the cache keeps its read-ahead.
+    /// Shows a resolved fault to the region's prefetcher and fills what it
+    /// asks for, after the faulting thread was woken (or, for a coalesced
+    /// fault, while it waits for another thread's fill): on this filler,
+    /// from free cache, when one of the region's store slots is free and
+    /// the cache has room (no hand-off: the lowest latency); otherwise on
+    /// the `umio-prefetch` threads, which evict older pages to make room
+    /// if they must (a scan larger than the cache keeps its read-ahead)
+    /// while this filler goes back to fault events. Either way the reads
+    /// are in flight while the application consumes what it has.
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
@@ -194,35 +195,45 @@ impl Shared {
             fetch.clear();
         }
         let pages = region.pages.len();
-        let mut ranges: Vec<Range<usize>> = fetch
-            .as_slice()
-            .iter()
-            .map(|r| r.start.min(pages as u64) as usize..r.end.min(pages as u64) as usize)
-            .filter(|r| !r.is_empty())
-            .collect();
+        let mut ranges = std::mem::take(&mut w.fetch_pages);
+        ranges.clear();
+        ranges.extend(
+            fetch
+                .as_slice()
+                .iter()
+                .map(|r| r.start.min(pages as u64) as usize..r.end.min(pages as u64) as usize)
+                .filter(|r| !r.is_empty()),
+        );
         fetch.clear();
         w.fetch = fetch;
-        if ranges.is_empty() {
-            return;
-        }
         // Only pages neither resident nor in flight: a window asked for
-        // again costs no job.
+        // again costs nothing.
         ranges.retain(|r| {
             r.clone()
                 .any(|p| matches!(region.pages.get(p), Observed::Stable(PageState::Empty)))
         });
-        if ranges.is_empty() {
-            return;
+        if !ranges.is_empty() {
+            ranges.sort_unstable_by_key(|r| r.start);
+            let bytes: usize = ranges.iter().map(|r| r.len() * region.page_size).sum();
+            let budget = self.budget_of(region);
+            let room = budget.used() + bytes as u64 <= budget.limit();
+            if !(room && self.fill_ranges_in_slot(w, region, &ranges)) {
+                self.queue_readahead(region, ranges.clone());
+            }
         }
-        ranges.sort_unstable_by_key(|r| r.start);
-        let Some(region) = self.regions().get(region.id).cloned() else {
-            return;
-        };
-        self.jobs().push(PrefetchJob {
-            region,
-            pages: ranges,
-            promote: None,
-        });
+        w.fetch_pages = ranges;
+    }
+
+    /// Queues read-ahead on the prefetch threads, which evict older pages
+    /// to make room for it if they must.
+    fn queue_readahead(&self, region: &Region, pages: Vec<Range<usize>>) {
+        if let Some(region) = self.regions().get(region.id).cloned() {
+            self.jobs().push(PrefetchJob {
+                region,
+                pages,
+                promote: None,
+            });
+        }
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
@@ -599,6 +610,28 @@ impl Shared {
         w.in_store = true;
         self.fill_fault(w, region, page, write);
         self.leave_store(w, region);
+    }
+
+    /// Runs read-ahead after a fault in one of the region's store slots,
+    /// from free cache only; returns false, having done nothing, when no
+    /// slot is free (the region's store is busy or hung).
+    fn fill_ranges_in_slot(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        ranges: &[std::ops::Range<usize>],
+    ) -> bool {
+        if w.in_store {
+            self.fill_ranges(w, region, ranges, false);
+            return true;
+        }
+        if !region.store_slots.try_enter(self.store_slot_limit()) {
+            return false;
+        }
+        w.in_store = true;
+        self.fill_ranges(w, region, ranges, false);
+        self.leave_store(w, region);
+        true
     }
 
     /// Serves the fills queued on the region, then gives the slot back.

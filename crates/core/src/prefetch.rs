@@ -2,12 +2,13 @@
 //!
 //! A filler shows the region's [`Prefetcher`] each fault it has resolved
 //! (a miss once the page is installed and the faulting thread woken), then
-//! queues the returned ranges on the `umio-prefetch` thread, which reads
-//! them asynchronously (the ranges queued meanwhile, from every stream, in
-//! one batch of store reads in flight together) and installs them in one
-//! `UFFDIO_COPY` per run of missing pages: prefetch is off the faulting
-//! thread's critical path, and the filler goes back to fault events at
-//! once. Built-ins: [`ReadAhead`] (adaptive sequential windows, several
+//! fills the returned ranges, in one store read and one `UFFDIO_COPY` per
+//! run of missing pages, the runs' reads in flight together: itself when
+//! one of the region's store slots is free and the cache has room, else
+//! through the `umio-prefetch` threads (which merge the ranges queued
+//! meanwhile, from every stream, into one batch, and evict older pages
+//! for room if they must). Prefetch is off the faulting thread's critical
+//! path either way. Built-ins: [`ReadAhead`] (adaptive sequential windows, several
 //! streams per region, pipelined) and [`Stride`].
 
 use std::ops::Range;
@@ -176,15 +177,15 @@ impl FetchList {
 ///
 /// A filler shows the prefetcher every fault once it has resolved it
 /// ([`on_fault`](Prefetcher::on_fault)) and then, after waking the
-/// faulting thread, queues the ranges asked for on the `umio-prefetch`
-/// thread, which reads and installs them in the background: prefetch runs
-/// off the faulting thread's critical path, and a thread that faults on a
-/// page being prefetched waits for that page's read. Pages already
-/// resident or being filled are skipped, pages past the region's end are
-/// ignored, and when the cache is full the prefetch thread evicts older
-/// pages to make room, as for [`Advice::WillNeed`] (a scan larger than the
-/// cache keeps its read-ahead). The decision may be asked for from any
-/// thread.
+/// faulting thread, fills the ranges asked for, itself or through the
+/// `umio-prefetch` threads (when the region's store slots are taken or the
+/// cache is full): prefetch runs off the faulting thread's critical path,
+/// and a thread that faults on a page being prefetched waits for that
+/// page's read. Pages already resident or being filled are skipped, pages
+/// past the region's end are ignored, and when the cache is full the
+/// prefetch threads evict older pages to make room, as for
+/// [`Advice::WillNeed`] (a scan larger than the cache keeps its
+/// read-ahead). The decision may be asked for from any thread.
 ///
 /// Implement [`on_miss`](Prefetcher::on_miss) to see misses only (the
 /// default `on_fault` calls it on each miss), or `on_fault` to see every

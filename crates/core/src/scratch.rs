@@ -24,6 +24,8 @@ pub(crate) struct Scratch {
     pub fetch: FetchList,
     /// Runs of one batch of store requests.
     pub runs: Vec<Range<usize>>,
+    /// Page ranges the prefetcher asked for, sorted.
+    pub fetch_pages: Vec<Range<usize>>,
     /// The outcome of each dirty run written back by an eviction batch.
     pub write_results: Vec<Result<(), StoreError>>,
     /// The address ranges an eviction batch discards at once.
@@ -44,6 +46,7 @@ impl Scratch {
             pages: Vec::new(),
             fetch: FetchList::new(),
             runs: Vec::new(),
+            fetch_pages: Vec::new(),
             write_results: Vec::new(),
             discard: Vec::new(),
             thread: 0,

@@ -12,8 +12,8 @@
 //! the filler goes back to the other regions' events. A filler leaving a
 //! region's store takes the region's queued fills before it gives its slot
 //! back, so a queued fill is served as soon as one of the region's reads
-//! returns, in the order they came. Read-ahead after a fault takes no slot:
-//! it is read by the `umio-prefetch` thread, not by fillers.
+//! returns, in the order they came. Read-ahead after a fault takes a slot
+//! too, or goes to the `umio-prefetch` threads when none is free.
 //!
 //! With one filler nothing can be kept free: that runtime trades isolation
 //! for its single thread. Two or more stores hanging at once can still take
@@ -56,9 +56,7 @@ impl StoreSlots {
         }
     }
 
-    /// Takes a slot if one of `limit` is free (the tests' way in; fills
-    /// use `enter_or_queue`).
-    #[cfg(test)]
+    /// Takes a slot if one of `limit` is free.
     pub(crate) fn try_enter(&self, limit: usize) -> bool {
         let mut s = self.lock();
         if s.busy < limit {
