@@ -29,6 +29,11 @@ const MAX_FILL_RUN: usize = 2 << 20;
 const MAX_FILL_BATCH: usize = 8 << 20;
 /// Most runs in one batch of store requests, whatever the store's depth.
 pub(crate) const MAX_BATCH_RUNS: usize = 64;
+/// Largest prefetch a filler reads itself after a fault; larger ones (a
+/// read-ahead stream's grown windows) go to the prefetch threads, so that
+/// the windows of several streams are read side by side while the fillers
+/// serve faults. Below this a hand-off costs more than the read.
+const MAX_INLINE_PREFETCH: usize = 64 << 10;
 /// How long a miss waits for cache space before it fails with SIGBUS.
 const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -159,12 +164,13 @@ impl Shared {
     /// Shows a resolved fault to the region's prefetcher and fills what it
     /// asks for, after the faulting thread was woken (or, for a coalesced
     /// fault, while it waits for another thread's fill): on this filler,
-    /// from free cache, when one of the region's store slots is free and
-    /// the cache has room (no hand-off: the lowest latency); otherwise on
-    /// the `umio-prefetch` threads, which evict older pages to make room
-    /// if they must (a scan larger than the cache keeps its read-ahead)
-    /// while this filler goes back to fault events. Either way the reads
-    /// are in flight while the application consumes what it has.
+    /// from free cache, when it is small ([`MAX_INLINE_PREFETCH`]), one of
+    /// the region's store slots is free and the cache has room (no
+    /// hand-off: the lowest latency); otherwise on the `umio-prefetch`
+    /// threads, which evict older pages to make room if they must (a scan
+    /// larger than the cache keeps its read-ahead) while this filler goes
+    /// back to fault events. Either way the reads are in flight while the
+    /// application consumes what it has.
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
@@ -216,8 +222,9 @@ impl Shared {
             ranges.sort_unstable_by_key(|r| r.start);
             let bytes: usize = ranges.iter().map(|r| r.len() * region.page_size).sum();
             let budget = self.budget_of(region);
+            let small = bytes <= MAX_INLINE_PREFETCH;
             let room = budget.used() + bytes as u64 <= budget.limit();
-            if !(room && self.fill_ranges_in_slot(w, region, &ranges)) {
+            if !(small && room && self.fill_ranges_in_slot(w, region, &ranges)) {
                 self.queue_readahead(region, ranges.clone());
             }
         }

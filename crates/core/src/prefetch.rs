@@ -4,8 +4,8 @@
 //! (a miss once the page is installed and the faulting thread woken), then
 //! fills the returned ranges, in one store read and one `UFFDIO_COPY` per
 //! run of missing pages, the runs' reads in flight together: itself when
-//! one of the region's store slots is free and the cache has room, else
-//! through the `umio-prefetch` threads (which merge the ranges queued
+//! they are small (64 KiB), one of the region's store slots is free and
+//! the cache has room, else through the `umio-prefetch` threads (which merge the ranges queued
 //! meanwhile, from every stream, into one batch, and evict older pages
 //! for room if they must). Prefetch is off the faulting thread's critical
 //! path either way. Built-ins: [`ReadAhead`] (adaptive sequential windows, several
@@ -178,8 +178,8 @@ impl FetchList {
 /// A filler shows the prefetcher every fault once it has resolved it
 /// ([`on_fault`](Prefetcher::on_fault)) and then, after waking the
 /// faulting thread, fills the ranges asked for, itself or through the
-/// `umio-prefetch` threads (when the region's store slots are taken or the
-/// cache is full): prefetch runs off the faulting thread's critical path,
+/// `umio-prefetch` threads (ranges over 64 KiB, or when the region's store
+/// slots are taken or the cache is full): prefetch runs off the faulting thread's critical path,
 /// and a thread that faults on a page being prefetched waits for that
 /// page's read. Pages already resident or being filled are skipped, pages
 /// past the region's end are ignored, and when the cache is full the
