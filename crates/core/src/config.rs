@@ -11,6 +11,7 @@ use umio_cache::{EvictionPolicy, PolicyKind};
 
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, PromoteKind};
+use crate::in_thread::FaultService;
 use crate::kernel::UffdMode;
 use crate::prefetch::PrefetchKind;
 use crate::spin::FillerWait;
@@ -42,6 +43,8 @@ pub struct Builder {
     max_fault_events: usize,
     promote: PromoteKind,
     uffd_mode: UffdMode,
+    /// `None`: `UMIO_FAULT_SERVICE`, else the default.
+    fault_service: Option<FaultService>,
     trace_faults: bool,
     page_cache: bool,
 }
@@ -61,6 +64,7 @@ impl std::fmt::Debug for Builder {
             .field("max_fault_events", &self.max_fault_events)
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
+            .field("fault_service", &self.fault_service)
             .field("trace_faults", &self.trace_faults)
             .field("page_cache", &self.page_cache)
             .finish_non_exhaustive()
@@ -84,6 +88,7 @@ impl Default for Builder {
             max_fault_events: 64,
             promote: PromoteKind::Never,
             uffd_mode: UffdMode::Auto,
+            fault_service: None,
             trace_faults: false,
             page_cache: false,
         }
@@ -292,6 +297,18 @@ impl Builder {
         self
     }
 
+    /// How faults are served: by filler threads (the default,
+    /// [`FaultService::Fillers`]) or by the faulting thread itself in a
+    /// SIGBUS handler ([`FaultService::InThread`]: no thread hand-off, see
+    /// its rule about system calls). Unless set here, the runtime takes
+    /// `UMIO_FAULT_SERVICE` (`fillers`, `in-thread` or `auto`) from the
+    /// environment, so that a program can be switched without a rebuild;
+    /// a malformed value fails [`build`](Builder::build).
+    pub fn fault_service(mut self, service: FaultService) -> Self {
+        self.fault_service = Some(service);
+        self
+    }
+
     /// Records the time stamp counter at each step of every miss, for
     /// benchmarks: [`Runtime::last_fault_trace`](crate::Runtime::last_fault_trace) returns the most recent.
     /// Default off; off, the fault path only tests that it is off.
@@ -322,7 +339,8 @@ impl Builder {
     /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
     /// bytes, 0 for none),
     /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
-    /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_UFFD_MODE`
+    /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_FAULT_SERVICE`
+    /// (`fillers`, `in-thread` or `auto`; see [`FaultService`]), `UMIO_UFFD_MODE`
     /// (`auto`, `full` or `user`; see [`UffdMode`]), `UMIO_PAGE_CACHE`
     /// (`1` or `0`; see [`Builder::page_cache`]). Unset or empty
     /// variables leave the setting alone; a malformed one is an error.
@@ -400,6 +418,14 @@ impl Builder {
         if let Some(k) = promote? {
             self.promote = k;
         }
+        let service = env_parse!(
+            "UMIO_FAULT_SERVICE",
+            "must be fillers, in-thread or auto",
+            FaultService::from_name
+        );
+        if let Some(s) = service? {
+            self.fault_service = Some(s);
+        }
         let mode = env_parse!(
             "UMIO_UFFD_MODE",
             "must be auto, full or user",
@@ -444,6 +470,15 @@ impl Builder {
             None => self.cache_bytes.unwrap_or_else(default_cache_bytes),
         };
         validate_page_size(self.page_size)?;
+        let fault_service = match self.fault_service {
+            Some(s) => s,
+            None => match env_var("UMIO_FAULT_SERVICE") {
+                Some(v) => FaultService::from_name(&v).ok_or(Error::InvalidArgument(
+                    "UMIO_FAULT_SERVICE must be fillers, in-thread or auto",
+                ))?,
+                None => FaultService::default(),
+            },
+        };
         if self.fillers == 0 || self.fillers > 256 {
             return Err(Error::InvalidArgument("fillers must be 1 to 256"));
         }
@@ -489,6 +524,7 @@ impl Builder {
                 promote: self.promote,
                 fillers: self.fillers,
                 page_cache: self.page_cache,
+                fault_service,
             },
             cache_bytes,
             huge_cache_bytes: self.huge_cache_bytes,
@@ -553,6 +589,9 @@ pub(crate) struct Config {
     pub fillers: usize,
     /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
     pub page_cache: bool,
+    /// As asked: `Auto` is resolved when the runtime starts (see
+    /// `Shared::in_thread` for what it became).
+    pub fault_service: FaultService,
 }
 
 /// A checked [`Builder`]: the runtime's [`Config`] and what starting it

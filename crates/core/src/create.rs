@@ -71,6 +71,13 @@ impl Region {
         if shared.is_closed() {
             return Err(Error::ShutDown);
         }
+        if shared.in_thread() && crate::in_thread::caller_blocks_sigbus() {
+            // The kernel would kill the thread on its first miss rather
+            // than deliver a blocked SIGBUS.
+            return Err(Error::InvalidArgument(
+                "the calling thread blocks SIGBUS, which the in-thread fault service needs                  (unblock it, or use FaultService::Fillers)",
+            ));
+        }
         let mut page_size = opts.page_size.unwrap_or(shared.cfg().default_page_size);
         let mut hugetlb = false;
         if let Some(fallback) = opts.hugetlb {

@@ -157,7 +157,7 @@ impl Shared {
                     // hands it back to the policy).
                     Some(s) if region.pages.is_pinned(p) => {
                         if region.pages.unlock(p, s) {
-                            self.uffd().wake(region.page_addr(p), region.page_size);
+                            self.wake(region.page_addr(p), region.page_size);
                         }
                     }
                     Some(s) => w.locked.push((p, s)),
@@ -228,7 +228,7 @@ impl Shared {
                     Some(s) if region.pages.is_pinned(q) => {
                         whole = false;
                         if region.pages.unlock(q, s) {
-                            self.uffd().wake(region.page_addr(q), region.page_size);
+                            self.wake(region.page_addr(q), region.page_size);
                         }
                     }
                     Some(s) => added.push((q, s)),
@@ -291,7 +291,7 @@ impl Shared {
             // Still resident, so still eviction candidates.
             for &p in &failed {
                 if region.pages.unlock(p, PageState::Dirty) {
-                    self.uffd().wake(region.page_addr(p), region.page_size);
+                    self.wake(region.page_addr(p), region.page_size);
                 }
                 self.policy_of(region).restore(region.key(p));
             }
@@ -334,7 +334,7 @@ impl Shared {
                         was
                     };
                     if region.pages.unlock(p, to) {
-                        self.uffd().wake(region.page_addr(p), region.page_size);
+                        self.wake(region.page_addr(p), region.page_size);
                     }
                     self.policy_of(region).restore(region.key(p));
                 }

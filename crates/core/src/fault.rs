@@ -6,7 +6,9 @@
 //! The thread that reads an event resolves it, store read included, so a
 //! miss costs one hand-off (faulting thread to filler and back), never two.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use umio_cache::{Observed, PageState, Touch};
 
@@ -17,6 +19,10 @@ use crate::scratch::Scratch;
 use crate::shared::Shared;
 use crate::sys::mm;
 use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE};
+
+/// Longest wait of the in-thread service for a page another thread holds
+/// busy before it lets the access retry.
+const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
 
 impl Shared {
     /// Resolves one fault event.
@@ -70,12 +76,12 @@ impl Shared {
                     // back.
                     if missing || !region.writable {
                         if missing && self.progress().stalled(w.thread, region.page_addr(page)) {
-                            self.unstick(region, page, s);
+                            let _ = self.unstick(region, page, s);
                             return;
                         }
                         self.counters().stale.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
-                        self.uffd().wake(region.page_addr(page), region.page_size);
+                        self.wake(region.page_addr(page), region.page_size);
                         self.prefetch_after(w, region, page, write, FaultKind::Resolved);
                         return;
                     }
@@ -84,6 +90,102 @@ impl Shared {
                         self.make_writable(region, page, s);
                         self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
                         return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves, in the faulting thread (a SIGBUS handler, on a service
+    /// slot: see `in_thread.rs`), a fault at `addr` of `region`. `write`:
+    /// whether the access was a write, where the CPU says. Returns with the
+    /// page installed, or once a wait for another thread's fill has lasted
+    /// [`IN_THREAD_WAIT`] (the access is retried: it finds the page, or
+    /// faults again and waits again): true. False if the fill failed: the
+    /// caller delivers the SIGBUS a failed read of a kernel mapping would.
+    ///
+    /// The same steps as [`handle_fault`](Shared::handle_fault), but a
+    /// busy page is waited for here (the thread has nowhere else to wait),
+    /// and no store slot is taken: a hung store holds only the threads that
+    /// touch its pages, as with `mmap`.
+    pub(crate) fn serve_in_thread(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        addr: usize,
+        write: Option<bool>,
+    ) -> bool {
+        let begin = std::time::Instant::now();
+        self.counters().faults.fetch_add(1, Relaxed);
+        self.counters().in_thread_faults.fetch_add(1, Relaxed);
+        let Some(_guard) = region.enter() else {
+            // Being unmapped: wait for the unmap to unregister the range
+            // (the retry then fails as an access to unmapped memory does).
+            self.counters().stale.fetch_add(1, Relaxed);
+            std::thread::sleep(IN_THREAD_WAIT);
+            return true;
+        };
+        region.stats.faults.fetch_add(1, Relaxed);
+        if region.hugetlb {
+            self.counters().huge_faults.fetch_add(1, Relaxed);
+        }
+        w.thread = crate::sys::signal::gettid();
+        w.in_store = true;
+        let served = self.serve_page_in_thread(w, region, region.page_of(addr), write);
+        // A thread that may never fault again keeps no credit.
+        w.credit.release_all(self.budget_of(region));
+        self.counters().fault_latency.record(begin.elapsed());
+        served
+    }
+
+    fn serve_page_in_thread(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        page: usize,
+        write: Option<bool>,
+    ) -> bool {
+        loop {
+            match region.pages.get(page) {
+                Observed::Busy(_) => {
+                    if region.pages.add_waiter(page) {
+                        self.progress().made(w.thread);
+                        self.counters().coalesced.fetch_add(1, Relaxed);
+                        region.stats.hits.fetch_add(1, Relaxed);
+                        self.wait_unlocked(
+                            || matches!(region.pages.get(page), Observed::Busy(_)),
+                            IN_THREAD_WAIT,
+                        );
+                        return true;
+                    }
+                }
+                Observed::Stable(PageState::Empty) => {
+                    if region.pages.try_lock(page, PageState::Empty) {
+                        self.progress().made(w.thread);
+                        return self.fill_fault(w, region, page, write.unwrap_or(false));
+                    }
+                }
+                Observed::Stable(s @ (PageState::Clean | PageState::Dirty)) => {
+                    // Resident: a write to a write-protected page (the CPU
+                    // says so, or cannot say and a read could not have
+                    // faulted), or a fault that raced with a fill (the
+                    // retry finds the page), or, when the thread keeps
+                    // coming back, a page the kernel dropped behind umio's
+                    // back.
+                    let wp = region.writable && write != Some(false);
+                    if !wp {
+                        if self.progress().stalled(w.thread, region.page_addr(page)) {
+                            return self.unstick(region, page, s);
+                        }
+                        self.counters().stale.fetch_add(1, Relaxed);
+                        region.stats.hits.fetch_add(1, Relaxed);
+                        return true;
+                    }
+                    if region.pages.try_lock(page, s) {
+                        self.progress().made(w.thread);
+                        self.make_writable(region, page, s);
+                        self.prefetch_after(w, region, page, true, FaultKind::FirstWrite);
+                        return true;
                     }
                 }
             }
@@ -99,13 +201,16 @@ impl Shared {
     /// Logged and counted (`no_progress_faults`).
     ///
     /// [`STUCK_AFTER`]: crate::progress::STUCK_AFTER
-    fn unstick(&self, region: &Region, page: usize, was: PageState) {
+    ///
+    /// Returns false if the thread must get SIGBUS: the in-thread service
+    /// raises it itself (the page is left empty, not poisoned).
+    fn unstick(&self, region: &Region, page: usize, was: PageState) -> bool {
         let (addr, ps) = (region.page_addr(page), region.page_size);
         self.demote_range(region, &(page..page + 1));
         if !region.pages.try_lock(page, was) {
             // Changed meanwhile: the thread's next fault sees what it is.
-            self.uffd().wake(addr, ps);
-            return;
+            self.wake(addr, ps);
+            return true;
         }
         self.counters().no_progress_faults.fetch_add(1, Relaxed);
         region.stats.no_progress_faults.fetch_add(1, Relaxed);
@@ -127,19 +232,19 @@ impl Shared {
         if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
             log::error!("umio: MADV_DONTNEED failed: errno {e}");
             let _ = region.pages.unlock(page, was);
-            self.uffd().wake(addr, ps);
-            return;
+            self.wake(addr, ps);
+            return true;
         }
         if dirty {
             region.dirty.fetch_sub(1, Relaxed);
         }
         self.budget_of(region).release(ps as u64);
-        if dirty {
+        if dirty && !self.in_thread() {
             self.poison_and_release(region, page..page + 1);
         } else {
-            let _ = region.pages.unlock(page, PageState::Empty);
-            self.uffd().wake(addr, ps);
+            self.release_run(region, page..page + 1, PageState::Empty);
         }
+        !dirty
     }
 
     /// First write to a clean page (or a write-protected dirty one whose
@@ -177,6 +282,6 @@ impl Shared {
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);
-        self.uffd().wake(addr, region.page_size);
+        self.wake(addr, region.page_size);
     }
 }

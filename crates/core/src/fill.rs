@@ -8,6 +8,7 @@
 //! `store_slots.rs`).
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,15 @@ pub(crate) type PerRun<T> = SmallVec<[T; MAX_BATCH_RUNS]>;
 
 impl Shared {
     /// Fills a missed page this thread holds busy, then reads ahead.
-    pub(crate) fn fill_fault(&self, w: &mut Scratch, region: &Region, page: usize, write: bool) {
+    /// Returns false if the fill failed: the page is poisoned (fillers), or
+    /// left empty for the in-thread service to raise SIGBUS itself.
+    pub(crate) fn fill_fault(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        page: usize,
+        write: bool,
+    ) -> bool {
         self.trace_step(Step::Filling);
         let ps = region.page_size;
         let addr = region.page_addr(page);
@@ -51,15 +60,15 @@ impl Shared {
             if region.is_closing() {
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
-                self.uffd().wake(addr, ps);
-                return;
+                self.wake(addr, ps);
+                return true;
             }
             log::error!(
                 "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
                 self.describe_cache()
             );
             self.fail_fill(region, page..page + 1);
-            return;
+            return false;
         }
         self.trace_step(Step::Reserved);
         let src = match self.direct_source(region, page, 1) {
@@ -75,7 +84,7 @@ impl Shared {
                 None => {
                     self.budget_of(region).release(ps as u64);
                     self.fail_fill(region, page..page + 1);
-                    return;
+                    return false;
                 }
             },
         };
@@ -92,8 +101,8 @@ impl Shared {
             if region.is_closing() {
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
-                self.uffd().wake(addr, ps);
-                return;
+                self.wake(addr, ps);
+                return true;
             }
             // Woken with the page still missing, the thread would fault
             // again, and again: fail it loudly instead.
@@ -105,7 +114,7 @@ impl Shared {
             self.counters().no_progress_faults.fetch_add(1, Relaxed);
             region.stats.no_progress_faults.fetch_add(1, Relaxed);
             self.fail_fill(region, page..page + 1);
-            return;
+            return false;
         }
         self.trace_step(Step::Installed);
         if dirty {
@@ -124,10 +133,11 @@ impl Shared {
             },
         );
         self.trace_step(Step::Waking);
-        self.uffd().wake(addr, ps);
+        self.wake(addr, ps);
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
+        true
     }
 
     /// Reads one page from the store into this worker's staging buffer,
@@ -174,7 +184,7 @@ impl Shared {
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
-        region: &Region,
+        region: &Arc<Region>,
         page: usize,
         write: bool,
         kind: FaultKind,
@@ -282,7 +292,15 @@ impl Shared {
     /// (`Advice::DontNeed`) or the region is unmapped.
     fn fail_fill(&self, region: &Region, pages: Range<usize>) {
         self.counters().read_errors.fetch_add(1, Relaxed);
-        self.poison_and_release(region, pages);
+        if self.in_thread() {
+            // The faulting thread raises SIGBUS itself, now (a poisoned
+            // page faults as an ordinary miss in SIGBUS mode on kernels
+            // built without memory-failure support: it could not tell).
+            // Threads waiting on the page retry the read.
+            self.release_run(region, pages, PageState::Empty);
+        } else {
+            self.poison_and_release(region, pages);
+        }
     }
 
     /// Poisons `pages` (held busy, nothing installed) so that the threads
@@ -303,7 +321,7 @@ impl Shared {
         for p in pages {
             let _ = region.pages.unlock(p, PageState::Empty);
         }
-        self.uffd().wake(addr, len);
+        self.wake(addr, len);
     }
 
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
@@ -583,8 +601,7 @@ impl Shared {
             waiters |= region.pages.unlock(p, to);
         }
         if waiters {
-            self.uffd()
-                .wake(region.page_addr(run.start), run.len() * region.page_size);
+            self.wake(region.page_addr(run.start), run.len() * region.page_size);
         }
     }
 
@@ -599,12 +616,12 @@ impl Shared {
     pub(crate) fn fill_fault_in_slot(
         &self,
         w: &mut Scratch,
-        region: &Region,
+        region: &Arc<Region>,
         page: usize,
         write: bool,
     ) {
         if w.in_store {
-            self.fill_fault(w, region, page, write);
+            let _ = self.fill_fault(w, region, page, write);
             return;
         }
         if !region
@@ -615,7 +632,7 @@ impl Shared {
             return;
         }
         w.in_store = true;
-        self.fill_fault(w, region, page, write);
+        let _ = self.fill_fault(w, region, page, write);
         self.leave_store(w, region);
     }
 
@@ -625,7 +642,7 @@ impl Shared {
     fn fill_ranges_in_slot(
         &self,
         w: &mut Scratch,
-        region: &Region,
+        region: &Arc<Region>,
         ranges: &[std::ops::Range<usize>],
     ) -> bool {
         if w.in_store {
@@ -642,9 +659,9 @@ impl Shared {
     }
 
     /// Serves the fills queued on the region, then gives the slot back.
-    fn leave_store(&self, w: &mut Scratch, region: &Region) {
+    fn leave_store(&self, w: &mut Scratch, region: &Arc<Region>) {
         while let Some((page, write)) = region.store_slots.leave_or_next() {
-            self.fill_fault(w, region, page, write);
+            let _ = self.fill_fault(w, region, page, write);
         }
         w.in_store = false;
     }

@@ -141,7 +141,7 @@ pub(crate) struct HugeState {
     pub chunk_pages: usize,
     chunks: Box<[AtomicU8]>,
     /// Promote-worthy ranges by advice: `(pages, huge)`, last entry wins.
-    advice: arc_swap::ArcSwap<Vec<(Range<usize>, bool)>>,
+    advice: crate::rcu::RcuCell<Vec<(Range<usize>, bool)>>,
 }
 
 impl HugeState {
@@ -157,7 +157,7 @@ impl HugeState {
             promoter,
             chunk_pages,
             chunks,
-            advice: arc_swap::ArcSwap::from_pointee(Vec::new()),
+            advice: crate::rcu::RcuCell::new(Vec::new()),
         }
     }
 
@@ -236,7 +236,7 @@ impl HugeState {
 
     /// Records `Advice::Huge` (true) or `Advice::NoHuge` over `pages`.
     pub fn set_advice(&self, pages: Range<usize>, huge: bool) {
-        self.advice.rcu(|list| {
+        self.advice.update(|list| {
             let mut l = Vec::clone(list);
             l.retain(|(r, _)| !(pages.start <= r.start && r.end <= pages.end));
             l.push((pages.clone(), huge));
@@ -245,11 +245,12 @@ impl HugeState {
     }
 
     pub(crate) fn advice_for(&self, page: usize) -> Option<bool> {
-        let list = self.advice.load();
-        list.iter()
-            .rev()
-            .find(|(r, _)| r.contains(&page))
-            .map(|&(_, h)| h)
+        self.advice.with(|list| {
+            list.iter()
+                .rev()
+                .find(|(r, _)| r.contains(&page))
+                .map(|&(_, h)| h)
+        })
     }
 }
 

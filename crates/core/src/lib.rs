@@ -14,6 +14,7 @@ mod fault;
 mod fill;
 pub mod histogram;
 mod huge;
+mod in_thread;
 mod kernel;
 mod mapping;
 mod padded;
@@ -22,6 +23,7 @@ mod pin;
 mod prefetch;
 mod progress;
 mod promote;
+mod rcu;
 mod region;
 mod runs;
 mod runtime;
@@ -43,6 +45,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
+pub use in_thread::FaultService;
 pub use kernel::{KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{

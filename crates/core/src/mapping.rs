@@ -762,6 +762,35 @@ impl Mapping {
         self.rt.shared().pin(&self.region, pages)
     }
 
+    /// Faults the pages overlapping `range` (bytes) in now, on the calling
+    /// thread, in batches of store reads, as `MAP_POPULATE` or
+    /// `MADV_POPULATE_READ` do; with `write` (a writable mapping), also
+    /// takes each page's first-write fault (`MADV_POPULATE_WRITE`), without
+    /// changing a byte.
+    ///
+    /// This is how to pass a mapped buffer to a system call where the
+    /// kernel's own accesses are not served: under
+    /// [`FaultService::InThread`](crate::FaultService::InThread) or
+    /// user-mode-only faults ([`Runtime::user_mode_only`](crate::Runtime::user_mode_only)),
+    /// a non-resident page fails the call with `EFAULT`, and so does a
+    /// clean page of a writable mapping that the call writes into
+    /// (`read(2)` into it): populate with `write` for those. The pages may
+    /// be evicted again under memory pressure; [`pin`](Mapping::pin) them
+    /// to keep them. An error if a page could not be read (then none of
+    /// the range is dirtied).
+    pub fn populate(&self, range: Range<usize>, write: bool) -> Result<()> {
+        if write && !self.region.writable {
+            return Err(Error::InvalidArgument(
+                "populate for write on a read-only mapping",
+            ));
+        }
+        let pages = self.pages_covering(&self.inner(range))?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        self.rt.shared().populate(&self.region, pages, write)
+    }
+
     /// Unpins the pages overlapping `range` (bytes).
     pub fn unpin(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&self.inner(range))?;

@@ -16,6 +16,12 @@ pub(crate) struct CachePadded<T> {
     value: T,
 }
 
+impl<T> CachePadded<T> {
+    pub(crate) const fn new(value: T) -> CachePadded<T> {
+        CachePadded { value }
+    }
+}
+
 impl<T> Deref for CachePadded<T> {
     type Target = T;
 

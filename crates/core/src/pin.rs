@@ -54,6 +54,44 @@ impl Shared {
         )))
     }
 
+    /// Makes the pages resident, on the caller's thread, in batches of
+    /// store reads; with `write`, also dirties each one (a write fault,
+    /// served like any other) so that the kernel may write into them.
+    /// Returns an error if some page could not be read.
+    pub(crate) fn populate(&self, region: &Region, pages: Range<usize>, write: bool) -> Result<()> {
+        if region.intersects_hole(&pages) {
+            return Err(Error::NotMapped);
+        }
+        let mut w = Scratch::new();
+        let mut missing = true;
+        for _ in 0..PIN_ATTEMPTS {
+            self.fill_ranges(&mut w, region, std::slice::from_ref(&pages), true);
+            missing = pages
+                .clone()
+                .any(|p| region.pages.get(p) == Observed::Stable(PageState::Empty));
+            if !missing {
+                break;
+            }
+        }
+        w.credit.release_all(self.budget_of(region));
+        if missing {
+            return Err(Error::Store(StoreError::new(
+                umio_backends::StoreOp::Read,
+                region.store_offset(pages.start),
+                libc::EIO,
+            )));
+        }
+        if write && region.writable {
+            for p in pages {
+                // A write that changes nothing, atomic with any other
+                // thread's: the page faults as written (write-protect
+                // fault), and is dirty once it returns.
+                crate::sys::mm::touch_for_write(region.page_addr(p));
+            }
+        }
+        Ok(())
+    }
+
     /// Unpins the pages; resident ones become eviction candidates again.
     pub(crate) fn unpin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
         if region.intersects_hole(&pages) {

@@ -39,7 +39,7 @@ pub(crate) enum PromoteFailure {
 impl Shared {
     /// Shows a resolved fault to the region's promotion policy and queues
     /// the promotion it asks for on the background thread.
-    pub(crate) fn consider_promotion(&self, region: &Region, fault: &Fault) {
+    pub(crate) fn consider_promotion(&self, region: &Arc<Region>, fault: &Fault) {
         let Some(h) = &region.huge else { return };
         let page = fault.page as usize;
         let Some(chunk) = h.chunk_of(page) else {
@@ -63,11 +63,7 @@ impl Shared {
             self.counters().promotions_coalesced.fetch_add(1, Relaxed);
             return;
         }
-        let Some(region) = self.regions().get(region.id).cloned() else {
-            h.end(chunk, NORMAL);
-            return;
-        };
-        self.queue_promotion(region, chunk);
+        self.queue_promotion(region.clone(), chunk);
     }
 
     /// Queues the promotion of a claimed range on the background thread.
@@ -131,7 +127,7 @@ impl Shared {
                 waiters |= region.pages.unlock(p, to.unwrap_or(s));
             }
             if waiters {
-                self.uffd().wake(
+                self.wake(
                     region.page_addr(pages.start),
                     pages.len() * region.page_size,
                 );
@@ -281,7 +277,7 @@ impl Shared {
                 None => {
                     for &(q, s) in &locked[1..] {
                         if region.pages.unlock(q, s) {
-                            self.uffd().wake(region.page_addr(q), region.page_size);
+                            self.wake(region.page_addr(q), region.page_size);
                         }
                     }
                     self.demote(region, h, chunk);
@@ -297,7 +293,7 @@ impl Shared {
         {
             for &(q, s) in &locked[1..] {
                 if region.pages.unlock(q, s) {
-                    self.uffd().wake(region.page_addr(q), region.page_size);
+                    self.wake(region.page_addr(q), region.page_size);
                 }
             }
             self.demote(region, h, chunk);
@@ -314,7 +310,7 @@ impl Shared {
             let _ = region.pages.unlock(q, PageState::Dirty);
         }
         // The writer and any waiter on the range.
-        self.uffd().wake(addr, HUGE_PAGE_SIZE);
+        self.wake(addr, HUGE_PAGE_SIZE);
         true
     }
 }

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwap;
+use crate::rcu::RcuCell;
 use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
@@ -41,7 +41,8 @@ pub(crate) struct Region {
     /// Pages in state Dirty (flush skips clean regions without a scan).
     pub dirty: AtomicUsize,
     /// Access advice by page range; the last matching entry wins.
-    advice: ArcSwap<Vec<(Range<u64>, Advice)>>,
+    /// Read by the in-thread service in a signal handler: an [`RcuCell`].
+    advice: RcuCell<Vec<(Range<u64>, Advice)>>,
     /// The first write-back failure of background eviction, reported by the
     /// next flush.
     deferred_error: Mutex<Option<StoreError>>,
@@ -101,7 +102,7 @@ impl Region {
             prefetcher,
             users: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
-            advice: ArcSwap::from_pointee(Vec::new()),
+            advice: RcuCell::new(Vec::new()),
             deferred_error: Mutex::new(None),
             holes: Mutex::new(Vec::new()),
             unmap_lock: Mutex::new(()),
@@ -246,16 +247,17 @@ impl Region {
 
     /// Advice in force for a page.
     pub fn advice_for(&self, page: u64) -> Advice {
-        let list = self.advice.load();
-        list.iter()
-            .rev()
-            .find(|(r, _)| r.contains(&page))
-            .map_or(Advice::Normal, |&(_, a)| a)
+        self.advice.with(|list| {
+            list.iter()
+                .rev()
+                .find(|(r, _)| r.contains(&page))
+                .map_or(Advice::Normal, |&(_, a)| a)
+        })
     }
 
     /// Records access advice for a page range.
     pub fn set_advice(&self, pages: Range<u64>, advice: Advice) {
-        self.advice.rcu(|list| {
+        self.advice.update(|list| {
             // Entries wholly covered by the new one no longer matter.
             let mut v: Vec<_> = list
                 .iter()

@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use crate::config::Builder;
 use crate::error::{Error, Result};
+use crate::in_thread::{self, FaultService};
 use crate::kernel::{KernelFeatures, UffdMode, kernel_features, open_uffd};
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -30,10 +31,33 @@ impl Builder {
             );
         }
         let features = kernel_features()?.with_user_mode_only(user_mode_only);
-        let wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
+        let mut settings = settings;
+        let sigbus = features.bits() & feature::SIGBUS != 0;
+        let in_thread = match settings.cfg.fault_service {
+            FaultService::Fillers => false,
+            FaultService::InThread if !sigbus => {
+                return Err(Error::Unsupported(
+                    "the in-thread fault service needs UFFD_FEATURE_SIGBUS (Linux 4.14)",
+                ));
+            }
+            FaultService::InThread => true,
+            FaultService::Auto => sigbus && user_mode_only,
+        };
+        settings.cfg.fault_service = if in_thread {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        };
+        let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
+        if in_thread {
+            in_thread::ensure_installed()?;
+            wanted |= feature::SIGBUS;
+        }
         uffd.api(features.bits() & wanted)
             .map_err(|e| Error::os("UFFDIO_API", e))?;
-        let (fillers, evictors) = (settings.cfg.fillers, settings.evictors);
+        // In-thread, no fault event is ever queued: no filler is needed.
+        let fillers = if in_thread { 0 } else { settings.cfg.fillers };
+        let evictors = settings.evictors;
         let shared = Arc::new(Shared::new(settings, uffd, features)?);
         let mut threads = Vec::new();
         let started = threads::spawn_all(&shared, fillers, evictors, &mut threads);
@@ -109,6 +133,16 @@ impl Runtime {
             .get_or_init(|| Builder::default().from_env()?.build())
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// How this runtime serves faults: [`FaultService::Fillers`] or
+    /// [`FaultService::InThread`] (what [`FaultService::Auto`] became).
+    pub fn fault_service(&self) -> FaultService {
+        if self.inner.shared.in_thread() {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        }
     }
 
     /// Refuses further maps; existing mappings keep working until they are

@@ -53,4 +53,17 @@ impl Scratch {
             in_store: false,
         }
     }
+
+    /// Reserves room for `n` entries in each list, so that a thread that
+    /// may not allocate (the in-thread service, in a signal handler) finds
+    /// them large enough.
+    pub fn reserve(&mut self, n: usize) {
+        self.victims.reserve(n);
+        self.locked.reserve(n);
+        self.pages.reserve(n);
+        self.runs.reserve(n);
+        self.fetch_pages.reserve(n);
+        self.write_results.reserve(n);
+        self.discard.reserve(n);
+    }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,12 +18,15 @@ use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageState};
 use crate::config::{Config, Settings};
 use crate::error::{Error, Result};
 use crate::huge::HUGE_PAGE_SIZE;
+use crate::in_thread::{self, FaultService};
 use crate::kernel::KernelFeatures;
+use crate::padded::CachePadded;
 use crate::progress::Progress;
 use crate::region::{Region, RegionTable};
 use crate::spin::SpinTuner;
 use crate::stats::{Counters, Gauges, Stats};
 use crate::sys::poller::EventFd;
+use crate::sys::signal;
 use crate::sys::uffd::Uffd;
 use crate::trace::{FaultTrace, Step, Tracer, now};
 
@@ -54,6 +57,21 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Fault tracing (`Builder::trace_faults`); `None` when off.
     trace: Option<Box<Tracer>>,
+    /// Faults are served in the faulting thread (`in_thread.rs`).
+    in_thread: bool,
+    /// Where faulting threads of an in-thread runtime wait for a page
+    /// another thread holds busy.
+    page_waits: PageWaits,
+}
+
+/// Threads of an in-thread runtime waiting for busy pages to be unlocked:
+/// one futex for the runtime, its value bumped by every unlock that found
+/// waiters. A waiter may wake for another page's unlock and look again;
+/// misses rarely coalesce, so one word costs less than one per page.
+#[derive(Default)]
+struct PageWaits {
+    seq: CachePadded<AtomicU32>,
+    sleepers: CachePadded<AtomicU32>,
 }
 
 /// A cache pool: a bound on bytes and the policy that evicts within it.
@@ -67,6 +85,7 @@ impl Shared {
     /// settings and its userfaultfd (API handshake done).
     pub fn new(s: Settings, uffd: Uffd, features: KernelFeatures) -> Result<Shared> {
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
+        let in_thread = s.cfg.fault_service == FaultService::InThread;
         Ok(Shared {
             cfg: s.cfg,
             features,
@@ -92,6 +111,8 @@ impl Shared {
             shutdown_fd,
             closed: AtomicBool::new(false),
             trace: s.trace_faults.then(Box::default),
+            in_thread,
+            page_waits: PageWaits::default(),
         })
     }
 
@@ -108,6 +129,43 @@ impl Shared {
     #[inline]
     pub fn uffd(&self) -> &Uffd {
         &self.uffd
+    }
+
+    /// Whether faults are served in the faulting thread.
+    #[inline]
+    pub fn in_thread(&self) -> bool {
+        self.in_thread
+    }
+
+    /// Wakes the threads waiting for pages of `addr..addr+len` that were
+    /// just unlocked: blocked on the userfaultfd (fillers), or sleeping in
+    /// the in-thread service.
+    #[inline]
+    pub fn wake(&self, addr: usize, len: usize) {
+        if !self.in_thread {
+            self.uffd.wake(addr, len);
+            return;
+        }
+        // Orders the unlock before the load: a waiter counts itself, then
+        // looks at the page (see `wait_unlocked`).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.page_waits.sleepers.load(Ordering::SeqCst) != 0 {
+            self.page_waits.seq.fetch_add(1, Ordering::SeqCst);
+            signal::futex_wake_all(&self.page_waits.seq);
+        }
+    }
+
+    /// In-thread service: waits, at most `timeout`, while `busy()` holds
+    /// (another thread holds the page busy and will [`wake`](Shared::wake)
+    /// when it unlocks it).
+    pub fn wait_unlocked(&self, busy: impl Fn() -> bool, timeout: Duration) {
+        let w = &self.page_waits;
+        w.sleepers.fetch_add(1, Ordering::SeqCst);
+        let seq = w.seq.load(Ordering::SeqCst);
+        if busy() {
+            signal::futex_wait(&w.seq, seq, timeout.as_nanos() as u64);
+        }
+        w.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     #[inline]
@@ -147,6 +205,9 @@ impl Shared {
 
     /// Publishes a new region; the caller holds the writer lock.
     pub fn publish(&self, _writer: &MutexGuard<'_, ()>, region: Arc<Region>) {
+        if self.in_thread {
+            in_thread::set_ranges(self, &region, true);
+        }
         self.regions
             .store(Arc::new(self.regions.load().with(region)));
     }
@@ -160,8 +221,20 @@ impl Shared {
     /// Publishes `region`'s mapped ranges anew in the region table (after
     /// it gained a hole); the caller holds the writer lock.
     pub fn republish(&self, _writer: &MutexGuard<'_, ()>, region: &Arc<Region>) {
+        if self.in_thread {
+            in_thread::set_ranges(self, region, true);
+        }
         self.regions
             .store(Arc::new(self.regions.load().reshaped(region)));
+    }
+
+    /// Takes an unmapped region out of the in-thread service's table, once
+    /// its memory is unregistered (until then, a fault on it must find it,
+    /// to wait for the unmap rather than be taken for someone else's).
+    pub fn forget_unmapped(&self, region: &Arc<Region>) {
+        if self.in_thread {
+            in_thread::set_ranges(self, region, false);
+        }
     }
 
     /// The id of the next region.

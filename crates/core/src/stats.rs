@@ -82,8 +82,13 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Fault messages read from userfaultfd.
+    /// Faults served: fault messages read from userfaultfd by fillers,
+    /// and SIGBUS faults served in the faulting thread.
     faults,
+    /// Of `faults`, those served in the faulting thread
+    /// ([`FaultService::InThread`](crate::FaultService::InThread)); the
+    /// rest were served by filler threads.
+    in_thread_faults,
     /// Misses on read: a page filled for a reading thread.
     read_misses,
     /// Misses on write: a page filled for a writing thread.
@@ -245,6 +250,13 @@ impl std::fmt::Display for Stats {
             self.coalesced,
             self.stale
         )?;
+        if self.in_thread_faults != 0 {
+            writeln!(
+                f,
+                "in the faulting thread: {} of the faults",
+                self.in_thread_faults
+            )?;
+        }
         writeln!(f, "latency: {}", self.fault_latency)?;
         writeln!(
             f,

@@ -45,6 +45,7 @@ impl Shared {
             assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
         }
         drop(w);
+        self.forget_unmapped(region);
         self.budget_of(region)
             .release((resident * region.page_size) as u64);
         self.unpin_bytes((pinned * region.page_size) as u64);

@@ -8,6 +8,7 @@
 
 pub(crate) mod mm;
 pub(crate) mod poller;
+pub(crate) mod signal;
 pub(crate) mod uffd;
 
 /// The last OS error as a positive errno.

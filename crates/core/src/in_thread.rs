@@ -1,0 +1,412 @@
+//! Faults served by the thread that takes them ([`FaultService::InThread`]).
+//!
+//! The runtime's userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the
+//! kernel queues no event for a fault on a registered range but sends
+//! SIGBUS to the faulting thread. Umio's process-wide handler
+//! ([`on_sigbus`]) finds the region in a table readable from a signal
+//! handler ([`Table`], under [`rcu`]), takes a service slot (a stack and a
+//! [`Scratch`] made in advance), switches to the slot's stack and serves
+//! the fault there with the same code a filler runs (`fault.rs`,
+//! `fill.rs`): reservation, store read, `UFFDIO_COPY`. Then it returns and
+//! the access is retried, on the same thread and CPU: no hand-off.
+//!
+//! A SIGBUS that is not umio's (another address, or a poisoned page's
+//! `BUS_MCEERR_AR`, which is how a failed read reaches the thread in both
+//! modes) goes to the handler that was there before umio's, or to the
+//! default action.
+//!
+//! Signal-context rules kept here: no allocation (slots and their scratch
+//! are made when the first in-thread runtime starts), no lock that code
+//! outside the handler holds while touching mapped memory, no lazily
+//! initialised thread-local, every signal blocked while a fault is served.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::rcu::{self, RcuCell};
+use crate::region::Region;
+use crate::scratch::Scratch;
+use crate::shared::Shared;
+use crate::sys::signal::{self, BusFault, ServiceStack};
+
+/// How a runtime serves its faults: see [`Builder::fault_service`](crate::Builder::fault_service).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FaultService {
+    /// Filler threads read fault events from the userfaultfd and resolve
+    /// them; the faulting thread sleeps in the kernel meanwhile (two
+    /// hand-offs per miss). Faults raised by the kernel on a mapping's
+    /// behalf (a mapped buffer passed to `read(2)`) are served too, in full
+    /// userfaultfd mode.
+    #[default]
+    Fillers,
+    /// The faulting thread serves its own fault in a SIGBUS handler
+    /// (`UFFD_FEATURE_SIGBUS`): no hand-off, and every application thread
+    /// has its own miss in flight. Its one rule: a non-resident mapped
+    /// buffer passed to a system call fails it with `EFAULT` (the kernel
+    /// raises no signal for its own accesses); fault the buffer in first
+    /// ([`Mapping::populate`](crate::Mapping::populate)). A thread that blocks
+    /// SIGBUS is killed by the kernel on its first miss.
+    InThread,
+    /// [`InThread`](FaultService::InThread) where nothing is lost by it
+    /// (the runtime's userfaultfd is user-mode-only, so system calls on
+    /// non-resident buffers fail either way) and the kernel offers
+    /// `UFFD_FEATURE_SIGBUS`; [`Fillers`](FaultService::Fillers) otherwise.
+    Auto,
+}
+
+impl FaultService {
+    /// By name, any case: `fillers`, `in-thread` (also `in_thread`,
+    /// `inthread`, `sigbus`) or `auto`, as `UMIO_FAULT_SERVICE` takes them.
+    pub fn from_name(name: &str) -> Option<FaultService> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "fillers" | "filler" | "threads" => Some(FaultService::Fillers),
+            "in-thread" | "in_thread" | "inthread" | "sigbus" => Some(FaultService::InThread),
+            "auto" => Some(FaultService::Auto),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](FaultService::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultService::Fillers => "fillers",
+            FaultService::InThread => "in-thread",
+            FaultService::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for FaultService {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<FaultService> {
+        FaultService::from_name(s).ok_or(Error::InvalidArgument(
+            "a fault service is fillers, in-thread or auto",
+        ))
+    }
+}
+
+/// Service slots: faults served at once in the whole process; a fault
+/// beyond them waits for one.
+fn slot_count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .saturating_mul(8)
+        .clamp(64, 1024)
+}
+/// Each slot's stack: ample for a debug build's fill path.
+const STACK_BYTES: usize = 512 << 10;
+/// Capacity reserved in each slot's scratch lists, so that they do not
+/// grow in a handler.
+const SCRATCH_CAPACITY: usize = 512;
+
+struct Slot {
+    busy: AtomicBool,
+    stack: ServiceStack,
+    scratch: UnsafeCell<Scratch>,
+}
+
+// SAFETY: a slot's scratch is used only by the thread that set `busy`.
+unsafe impl Sync for Slot {}
+// SAFETY: the scratch's raw pointers (iovecs) point to nothing it owns.
+unsafe impl Send for Slot {}
+
+/// One address range of a region, and its runtime.
+struct Entry {
+    start: usize,
+    end: usize,
+    region: Arc<Region>,
+    shared: *const Shared,
+}
+
+// SAFETY: `shared` points to a runtime's shared state, which outlives its
+// regions' entries (a region leaves the table before its runtime can
+// drop); it is only read.
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+/// The process-wide state of the in-thread service, made when the first
+/// in-thread runtime starts.
+struct Service {
+    /// Every in-thread runtime's mapped ranges, sorted by address.
+    table: RcuCell<Vec<Entry>>,
+    slots: Box<[Slot]>,
+    /// Serialises table updates with the reads they start from.
+    writer: Mutex<()>,
+}
+
+static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
+
+/// Makes the slots and installs the SIGBUS handler, once per process.
+/// Stays installed for the life of the process: uninstalling it could
+/// break the chain of a handler installed after it.
+pub(crate) fn ensure_installed() -> Result<()> {
+    let s = SERVICE.get_or_init(|| {
+        let mut slots = Vec::new();
+        for _ in 0..slot_count() {
+            let mut scratch = Scratch::new();
+            scratch.reserve(SCRATCH_CAPACITY);
+            slots.push(Slot {
+                busy: AtomicBool::new(false),
+                stack: ServiceStack::new(STACK_BYTES)?,
+                scratch: UnsafeCell::new(scratch),
+            });
+        }
+        // Installed last, once everything the handler reads exists; the
+        // handler reads `SERVICE`, which is set when this closure
+        // returns: a SIGBUS in between finds it unset and chains to
+        // `previous` through `PREVIOUS`.
+        let previous = signal::install_sigbus(on_sigbus)?;
+        let _ = PREVIOUS.set(Previous(previous));
+        Ok(Service {
+            table: RcuCell::new(Vec::new()),
+            slots: slots.into_boxed_slice(),
+            writer: Mutex::new(()),
+        })
+    });
+    match s {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::os("installing the SIGBUS handler", *e)),
+    }
+}
+
+struct Previous(libc::sigaction);
+// SAFETY: plain data.
+unsafe impl Send for Previous {}
+// SAFETY: plain data.
+unsafe impl Sync for Previous {}
+static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+
+fn service() -> Option<&'static Service> {
+    SERVICE.get().and_then(|s| s.as_ref().ok())
+}
+
+/// Sets the table's entries for `region` of `shared` to its mapped
+/// ranges (none once it is unmapped), then waits until no handler can
+/// see the entries replaced.
+pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
+    let Some(s) = service() else { return };
+    let _w = s.writer.lock().unwrap_or_else(|e| e.into_inner());
+    let ranges = if mapped {
+        region.mapped_ranges()
+    } else {
+        Vec::new()
+    };
+    s.table.update(|old| {
+        let mut v: Vec<Entry> = old
+            .iter()
+            .filter(|e| !Arc::ptr_eq(&e.region, region))
+            .map(|e| Entry {
+                start: e.start,
+                end: e.end,
+                region: e.region.clone(),
+                shared: e.shared,
+            })
+            .collect();
+        v.extend(ranges.iter().map(|r| Entry {
+            start: region.page_addr(r.start),
+            end: region.page_addr(r.start) + r.len() * region.page_size,
+            region: region.clone(),
+            shared: shared as *const Shared,
+        }));
+        v.sort_unstable_by_key(|e| e.start);
+        v
+    });
+}
+
+/// Whether the calling thread blocks SIGBUS: it would be killed on its
+/// first miss in an in-thread runtime.
+pub(crate) fn caller_blocks_sigbus() -> bool {
+    signal::sigbus_blocked()
+}
+
+/// What the service made of a SIGBUS.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Served (or being served by another thread): retry the access.
+    Retry,
+    /// Not umio's: chain.
+    NotOurs,
+    /// Umio's, and its read failed: the thread gets SIGBUS as an `mmap`
+    /// user's would (chained, like a foreign one).
+    Failed,
+}
+
+struct Call {
+    fault: BusFault,
+    slot: *const Slot,
+    verdict: Verdict,
+}
+
+/// The SIGBUS handler.
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's `errno` of this thread, saved and restored so
+    // that the interrupted code does not see ours.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the handler's own arguments.
+    let fault = unsafe { signal::bus_fault(info, ctx) };
+    let verdict = if fault.code == libc::BUS_ADRERR {
+        serve(fault)
+    } else {
+        Verdict::NotOurs
+    };
+    if verdict != Verdict::Retry {
+        chain(sig, info, ctx);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Serves a fault at `fault.addr` if it is umio's, on a slot's stack.
+fn serve(fault: BusFault) -> Verdict {
+    let Some(s) = service() else {
+        return Verdict::NotOurs;
+    };
+    // Cheap refusal of foreign faults, before taking a slot.
+    {
+        let g = rcu::read();
+        if find(s.table.load(&g), fault.addr).is_none() {
+            return Verdict::NotOurs;
+        }
+    }
+    let slot = take_slot(s);
+    let mut call = Call {
+        fault,
+        slot,
+        verdict: Verdict::NotOurs,
+    };
+    // SAFETY: the slot is ours until released below, so no other thread
+    // runs on its stack; `serve_on_slot` catches panics.
+    unsafe {
+        signal::call_on_stack(
+            &(*slot).stack,
+            serve_on_slot,
+            &mut call as *mut Call as *mut u8,
+        )
+    };
+    // SAFETY: taken above.
+    unsafe { (*slot).busy.store(false, Ordering::Release) };
+    call.verdict
+}
+
+fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
+    let i = table.partition_point(|e| e.start <= addr);
+    let e = table.get(i.checked_sub(1)?)?;
+    (addr < e.end).then_some(e)
+}
+
+/// Takes a free slot, waiting for one if every slot serves a fault.
+fn take_slot(s: &Service) -> *const Slot {
+    let n = s.slots.len();
+    let first = signal::gettid() as usize % n;
+    loop {
+        for k in 0..n {
+            let slot = &s.slots[(first + k) % n];
+            if !slot.busy.load(Ordering::Relaxed)
+                && slot
+                    .busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return slot;
+            }
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Runs on a slot's stack.
+unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
+    // SAFETY: `serve` passes its `Call`, alive until we return.
+    let call = unsafe { &mut *(arg as *mut Call) };
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let Some(s) = service() else {
+            return Verdict::NotOurs;
+        };
+        let g = rcu::read();
+        let Some(e) = find(s.table.load(&g), call.fault.addr) else {
+            return Verdict::NotOurs;
+        };
+        // SAFETY: entries outlive the read section; their runtime outlives
+        // them.
+        let shared = unsafe { &*e.shared };
+        // SAFETY: the slot is this thread's until `serve` releases it.
+        let w = unsafe { &mut *(*call.slot).scratch.get() };
+        if shared.serve_in_thread(w, &e.region, call.fault.addr, call.fault.write) {
+            Verdict::Retry
+        } else {
+            Verdict::Failed
+        }
+    }));
+    // A panic in the fault path (a bug) leaves the access to the previous
+    // handler or the default action rather than abort the process here.
+    call.verdict = run.unwrap_or(Verdict::NotOurs);
+}
+
+/// Passes a SIGBUS on to the handler umio's replaced, as the kernel would
+/// have: its own function, or the default action (restored, so that the
+/// retried access raises it).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(Previous(prev)) = PREVIOUS.get() else {
+        return;
+    };
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // The access is retried and faults again: now the kernel's default
+        // action for SIGBUS (it cannot be ignored for a fault) ends the
+        // process, as it would have without umio.
+        signal::restore_sigbus(prev);
+        return;
+    }
+    // The application's handler runs with the mask it asked for, added to
+    // the interrupted code's.
+    if !ctx.is_null() {
+        // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+        let mut mask = unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask };
+        for s in 1..libc::SIGRTMAX() {
+            // SAFETY: valid sigset_t values.
+            if unsafe { libc::sigismember(&prev.sa_mask, s) } == 1 {
+                // SAFETY: as above.
+                unsafe { libc::sigaddset(&mut mask, s) };
+            }
+        }
+        if prev.sa_flags & libc::SA_NODEFER == 0 {
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut mask, sig) };
+        }
+        signal::set_mask(&mask);
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the application installed this SA_SIGINFO handler.
+        let f: signal::SigAction = unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the application installed this plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in [
+            FaultService::Fillers,
+            FaultService::InThread,
+            FaultService::Auto,
+        ] {
+            assert_eq!(FaultService::from_name(s.name()), Some(s));
+            assert_eq!(s.name().parse::<FaultService>().unwrap(), s);
+        }
+        assert_eq!(
+            FaultService::from_name(" In_Thread "),
+            Some(FaultService::InThread)
+        );
+        assert!(FaultService::from_name("threadz").is_none());
+    }
+}

@@ -1,0 +1,409 @@
+//! The in-thread fault service (`FaultService::InThread`): faults served
+//! by the faulting thread in umio's SIGBUS handler.
+//!
+//! Scenarios that install signal handlers or expect a process to die run
+//! in a child process (this binary, re-run on one test with
+//! `UMIO_IN_THREAD_CHILD` set), with a deadline.
+
+mod common;
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Rng, assert_same, file_with, random_bytes, rw_file_with};
+use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
+use umio::{FaultService, MapOptions, PrefetchKind, Runtime};
+
+fn in_thread(cache_bytes: u64) -> Runtime {
+    let rt = Runtime::builder()
+        .cache_bytes(cache_bytes)
+        .page_size(4096)
+        .fault_service(FaultService::InThread)
+        .build()
+        .unwrap();
+    assert_eq!(rt.fault_service(), FaultService::InThread);
+    rt
+}
+
+/// Runs test `name` of this binary in a child process with
+/// `UMIO_IN_THREAD_CHILD=1`, killed after 60 s; returns its status.
+fn run_child(name: &str) -> std::process::ExitStatus {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("UMIO_IN_THREAD_CHILD", "1")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child {name} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_child() -> bool {
+    std::env::var_os("UMIO_IN_THREAD_CHILD").is_some()
+}
+
+#[test]
+fn reads_writes_and_eviction_are_served_in_the_faulting_thread() {
+    let data = random_bytes(8 << 20, 1);
+    let (tmp, f) = rw_file_with(&data);
+    let rt = in_thread(2 << 20);
+    let mut map = rt
+        .map_file(
+            &f,
+            MapOptions::new()
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    assert_same(&map, &data, "first read");
+    // Writes to clean pages (write-protect faults) and misses on write,
+    // under eviction: the cache holds a quarter of the file.
+    let mut want = data.clone();
+    let mut rng = Rng::new(7);
+    {
+        let m = map.as_mut_slice();
+        for _ in 0..4000 {
+            let at = rng.below(want.len());
+            let v = rng.next() as u8;
+            m[at] = v;
+            want[at] = v;
+        }
+    }
+    assert_same(&map, &want, "after writes");
+    map.flush().unwrap();
+    let s = rt.stats();
+    assert!(s.faults > 2048, "{s}");
+    assert_eq!(s.in_thread_faults, s.faults, "every fault in-thread: {s}");
+    assert!(s.wp_faults > 0 && s.evicted_pages > 0, "{s}");
+    assert_eq!(s.read_errors, 0);
+    drop(map);
+    let mut on_disk = Vec::new();
+    std::fs::File::open(tmp.path())
+        .unwrap()
+        .read_to_end(&mut on_disk)
+        .unwrap();
+    assert_same(&on_disk, &want, "the file after flush");
+}
+
+#[test]
+fn concurrent_faults_on_one_page_read_the_store_once() {
+    // Eight threads touch the same pages in the same order: each page is
+    // read once, whichever thread takes its fault first; the others wait
+    // for it.
+    let data = random_bytes(4 << 20, 2);
+    let (_tmp, f) = file_with(&data);
+    let rt = in_thread(64 << 20);
+    let map = Arc::new(
+        rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
+            .unwrap(),
+    );
+    let sums: Vec<u64> = (0..8)
+        .map(|_| {
+            let map = map.clone();
+            std::thread::spawn(move || {
+                let mut sum = 0u64;
+                for p in 0..map.len() / 4096 {
+                    sum += map[p * 4096 + 5] as u64;
+                }
+                sum
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let want: u64 = (0..data.len() / 4096)
+        .map(|p| data[p * 4096 + 5] as u64)
+        .sum();
+    assert!(sums.iter().all(|&s| s == want), "{sums:?} != {want}");
+    let s = rt.stats();
+    assert_eq!(s.bytes_read, data.len() as u64, "one read per page: {s}");
+    assert_eq!(s.in_thread_faults, s.faults);
+}
+
+#[test]
+fn system_calls_on_non_resident_pages_fail_until_populated() {
+    let data = random_bytes(1 << 20, 3);
+    let (_tmp, f) = file_with(&data);
+    let rt = in_thread(16 << 20);
+    let map = rt
+        .map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
+        .unwrap();
+    let (_t2, out) = rw_file_with(&[]);
+    // write(2) from a non-resident mapped buffer: the kernel's own access
+    // is not delivered as a signal.
+    // SAFETY: a readable mapping of 64 KiB at least.
+    let r = unsafe { libc::write(out.as_raw_fd(), map.as_ptr().cast(), 65536) };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        r == -1 && e == Some(libc::EFAULT),
+        "write returned {r}, {e:?}"
+    );
+    map.populate(0..65536, false).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { libc::write(out.as_raw_fd(), map.as_ptr().cast(), 65536) };
+    assert_eq!(r, 65536, "{}", std::io::Error::last_os_error());
+
+    // read(2) into a writable mapping: clean pages are write-protected, so
+    // populate for write first.
+    let (_t3, wf) = rw_file_with(&data);
+    let mut wmap = rt
+        .map_file(
+            &wf,
+            MapOptions::new()
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    let src = random_bytes(65536, 4);
+    let (_t4, srcf) = file_with(&src);
+    wmap.populate(0..65536, false).unwrap();
+    // SAFETY: a writable mapping of 64 KiB at least.
+    let r = unsafe {
+        libc::pread(
+            srcf.as_raw_fd(),
+            wmap.as_mut_slice().as_mut_ptr().cast(),
+            65536,
+            0,
+        )
+    };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        r == -1 && e == Some(libc::EFAULT),
+        "read into clean pages: {r}, {e:?}"
+    );
+    assert!(wmap.populate(0..65536, true).is_ok(), "populate for write");
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::pread(
+            srcf.as_raw_fd(),
+            wmap.as_mut_slice().as_mut_ptr().cast(),
+            65536,
+            0,
+        )
+    };
+    assert_eq!(r, 65536, "{}", std::io::Error::last_os_error());
+    assert_same(&wmap[..65536], &src, "read(2) into the mapping");
+    assert_same(&wmap[65536..], &data[65536..], "the rest, untouched");
+    assert!(map.populate(0..4096, true).is_err(), "write on read-only");
+}
+
+#[test]
+fn a_thread_that_blocks_sigbus_cannot_map() {
+    let data = random_bytes(1 << 16, 5);
+    let (_tmp, f) = file_with(&data);
+    let rt = in_thread(16 << 20);
+    let h = std::thread::spawn(move || {
+        // SAFETY: an empty set with SIGBUS added, then blocked in this
+        // thread only.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGBUS);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        rt.map_file(&f, MapOptions::new()).map(|_| ())
+    });
+    let r = h.join().unwrap();
+    assert!(
+        matches!(r, Err(umio::Error::InvalidArgument(m)) if m.contains("SIGBUS")),
+        "{r:?}"
+    );
+}
+
+static FROM_HANDLER: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HANDLER_ADDR: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn read_in_handler(_: libc::c_int) {
+    let at = HANDLER_ADDR.load(Ordering::SeqCst);
+    // SAFETY: the test stores the address of a byte of a live mapping.
+    let v = unsafe { std::ptr::read_volatile(at as *const u8) };
+    FROM_HANDLER.store(v as usize, Ordering::SeqCst);
+}
+
+#[test]
+fn faults_from_an_application_signal_handler_and_with_signals_pending() {
+    if !is_child() {
+        let st = run_child("faults_from_an_application_signal_handler_and_with_signals_pending");
+        assert!(st.success(), "child: {st:?}");
+        return;
+    }
+    let data = random_bytes(1 << 20, 6);
+    let (_tmp, f) = file_with(&data);
+    let rt = in_thread(16 << 20);
+    let map = rt
+        .map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
+        .unwrap();
+    // A SIGUSR1 handler of the application's own reads a non-resident page.
+    // SAFETY: installs a plain handler for SIGUSR1.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR1,
+            read_in_handler as *const () as libc::sighandler_t,
+        );
+    }
+    HANDLER_ADDR.store(map.as_ptr() as usize + 300_000, Ordering::SeqCst);
+    // SAFETY: raises SIGUSR1 in this thread.
+    unsafe { libc::raise(libc::SIGUSR1) };
+    assert_eq!(FROM_HANDLER.load(Ordering::SeqCst), data[300_000] as usize);
+    // A thread with SIGUSR2 blocked and pending faults all the same.
+    let map = Arc::new(map);
+    let m2 = map.clone();
+    let want = data.clone();
+    let h = std::thread::spawn(move || {
+        // SAFETY: blocks SIGUSR2 in this thread, then makes it pending.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::raise(libc::SIGUSR2);
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            assert_eq!(libc::sigismember(&pending, libc::SIGUSR2), 1);
+        }
+        assert_same(&m2[..], &want, "with a signal pending");
+    });
+    h.join().unwrap();
+    assert_eq!(rt.stats().in_thread_faults, rt.stats().faults);
+}
+
+static APP_SAW: AtomicUsize = AtomicUsize::new(0);
+static EXPECT: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn app_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let page = EXPECT.load(Ordering::SeqCst);
+    let code = if addr >= page && addr < page + 4096 {
+        42
+    } else {
+        43
+    };
+    // SAFETY: async-signal-safe exit.
+    unsafe { libc::_exit(code) };
+}
+
+#[test]
+fn a_failed_read_raises_sigbus_in_the_application_s_handler() {
+    if !is_child() {
+        let st = run_child("a_failed_read_raises_sigbus_in_the_application_s_handler");
+        assert_eq!(st.code(), Some(42), "child: {st:?}");
+        return;
+    }
+    // The application's handler, installed before umio's: chained to.
+    // SAFETY: a valid SA_SIGINFO action.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = app_sigbus as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+    let rt = in_thread(16 << 20);
+    let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![7u8; 1 << 20])));
+    store.fail_reads(FaultTrigger::Offsets(40960..45056), libc::EIO);
+    let map = rt
+        .map(
+            MapOptions::new()
+                .store(store.clone())
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    assert_eq!(map[0], 7, "a good page reads");
+    EXPECT.store(map.as_ptr() as usize + 40960, Ordering::SeqCst);
+    let v = map[40960 + 17];
+    eprintln!("the failed page read {v}: no SIGBUS");
+    std::process::exit(1);
+}
+
+#[test]
+fn a_failed_read_without_a_handler_kills_with_sigbus() {
+    use std::os::unix::process::ExitStatusExt;
+    if !is_child() {
+        let st = run_child("a_failed_read_without_a_handler_kills_with_sigbus");
+        assert_eq!(st.signal(), Some(libc::SIGBUS), "child: {st:?}");
+        return;
+    }
+    let rt = in_thread(16 << 20);
+    let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![7u8; 1 << 20])));
+    store.fail_reads(FaultTrigger::Offsets(8192..12288), libc::EIO);
+    let map = rt
+        .map(MapOptions::new().store(store).prefetch(PrefetchKind::None))
+        .unwrap();
+    assert_eq!(map[0], 7);
+    let v = map[8192];
+    eprintln!("the failed page read {v}: no SIGBUS");
+    std::process::exit(1);
+}
+
+static FOREIGN_FIXED: AtomicU8 = AtomicU8::new(0);
+
+extern "C" fn fix_foreign(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo; maps a zero page over the faulting
+    // page of the test's own truncated file mapping.
+    unsafe {
+        let page = ((*info).si_addr() as usize) & !4095;
+        libc::mmap(
+            page as *mut libc::c_void,
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+    }
+    FOREIGN_FIXED.store(1, Ordering::SeqCst);
+}
+
+#[test]
+fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
+    if !is_child() {
+        let st = run_child("a_sigbus_that_is_not_umio_s_reaches_the_application");
+        assert!(st.success(), "child: {st:?}");
+        return;
+    }
+    // SAFETY: a valid SA_SIGINFO action.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = fix_foreign as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+    let rt = in_thread(16 << 20);
+    let data = random_bytes(1 << 16, 8);
+    let (_tmp, f) = file_with(&data);
+    let map = rt.map_file(&f, MapOptions::new()).unwrap();
+    // A kernel mapping past the end of its file: SIGBUS, BUS_ADRERR, at an
+    // address that is not umio's.
+    let (_t2, small) = rw_file_with(&[1u8; 4096]);
+    // SAFETY: a fresh shared mapping of two pages of a one-page file.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            small.as_raw_fd(),
+            0,
+        )
+    } as *const u8;
+    assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+    // SAFETY: the second page raises SIGBUS, which the handler fixes by
+    // mapping a zero page there.
+    let v = unsafe { std::ptr::read_volatile(p.add(4096)) };
+    assert_eq!(v, 0);
+    assert_eq!(FOREIGN_FIXED.load(Ordering::SeqCst), 1);
+    assert_same(&map, &data, "umio's own faults still served");
+}
