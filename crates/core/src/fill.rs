@@ -234,7 +234,11 @@ impl Shared {
             let budget = self.budget_of(region);
             let small = bytes <= MAX_INLINE_PREFETCH;
             let room = budget.used() + bytes as u64 <= budget.limit();
-            if !(small && room && self.fill_ranges_in_slot(w, region, &ranges)) {
+            // The in-thread service runs in a signal handler, which may not
+            // allocate or take the queue's lock: it fills inline (it holds
+            // no store slot to wait for).
+            let inline = self.in_thread() || (small && room);
+            if !(inline && self.fill_ranges_in_slot(w, region, &ranges)) {
                 self.queue_readahead(region, ranges.clone());
             }
         }
@@ -243,14 +247,12 @@ impl Shared {
 
     /// Queues read-ahead on the prefetch threads, which evict older pages
     /// to make room for it if they must.
-    fn queue_readahead(&self, region: &Region, pages: Vec<Range<usize>>) {
-        if let Some(region) = self.regions().get(region.id).cloned() {
-            self.jobs().push(PrefetchJob {
-                region,
-                pages,
-                promote: None,
-            });
-        }
+    fn queue_readahead(&self, region: &Arc<Region>, pages: Vec<Range<usize>>) {
+        self.jobs().push(PrefetchJob {
+            region: region.clone(),
+            pages,
+            promote: None,
+        });
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
