@@ -536,6 +536,8 @@ pub(crate) struct PrefetchJob {
 pub(crate) struct JobQueue {
     jobs: Mutex<VecDeque<PrefetchJob>>,
     ready: Condvar,
+    /// Threads waiting for a job (changed under the queue's lock).
+    idle: AtomicU64,
 }
 
 impl JobQueue {
@@ -560,15 +562,19 @@ impl JobQueue {
             if let Some(j) = q.pop_front() {
                 return Some(j);
             }
+            self.idle.fetch_add(1, Ordering::Relaxed);
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            self.idle.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// Moves into `job` the page ranges of the fill jobs queued right
     /// behind it for the same region (read-ahead of several streams,
-    /// queued while the thread served the last batch), until
-    /// `job` holds `max_pages` pages or more: their reads then go to the
-    /// store in one batch, all in flight at once. Leaves `job`'s ranges
+    /// queued while the threads served the last batches), until `job`
+    /// holds `max_pages` pages or more: their reads then go to the store
+    /// in one batch, all in flight at once. Jobs an idle thread would take
+    /// are left to it: separate threads install their batches side by
+    /// side, each as soon as its own reads complete. Leaves `job`'s ranges
     /// sorted.
     pub fn merge_following(&self, job: &mut PrefetchJob, max_pages: usize) {
         if job.promote.is_some() {
@@ -578,6 +584,7 @@ impl JobQueue {
         {
             let mut q = self.lock();
             while pages < max_pages
+                && q.len() as u64 > self.idle.load(Ordering::Relaxed)
                 && let Some(next) = q.front()
                 && next.promote.is_none()
                 && Arc::ptr_eq(&next.region, &job.region)
