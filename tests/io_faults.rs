@@ -375,10 +375,20 @@ fn hanging_store_leaves_other_regions_alone(fillers: usize, prefetch: PrefetchKi
         served.is_ok(),
         "region B was not served while A's store hung ({fillers} fillers, {most} of them in A's store)"
     );
-    assert!(
-        most < fillers,
-        "{most} of {fillers} fillers were stuck in one store"
-    );
+    if rt.fault_service() == umio::FaultService::InThread {
+        // Each thread reads its own miss: the hung store holds the threads
+        // that touch it and nothing else.
+        assert!(
+            (1..=fillers + 2).contains(&most),
+            "{most} reads blocked in A's store, by {} threads",
+            fillers + 2
+        );
+    } else {
+        assert!(
+            most < fillers,
+            "{most} of {fillers} fillers were stuck in one store"
+        );
+    }
     // Misses beyond the slots are queued (`queued_fills`), unless a filler
     // read several of A's fault events in one batch and sits on the rest
     // behind its blocked read (a slow machine): then fewer fillers are in

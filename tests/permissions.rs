@@ -86,10 +86,13 @@ fn unprivileged_child_body() {
         return;
     }
     let builder = || {
+        // Fillers: only they serve the kernel's own faults in full mode,
+        // which is what this test checks.
         Runtime::builder()
             .cache_bytes(1 << 20)
             .page_size(PAGE)
             .fillers(2)
+            .fault_service(umio::FaultService::Fillers)
     };
     // SAFETY: geteuid has no preconditions.
     report("euid", unsafe { libc::geteuid() });

@@ -180,8 +180,17 @@ fn unmap_reports_a_failed_write_back() {
 }
 
 #[test]
-fn failed_read_is_efault_for_a_syscall_until_dont_need_clears_it() {
-    let rt = runtime();
+fn fillers_poison_a_failed_read_so_syscalls_get_efault_until_dont_need_clears_it() {
+    // Fillers only: the in-thread service poisons nothing (the faulting
+    // thread raises its SIGBUS itself), and system calls on non-resident
+    // pages fail with EFAULT there whatever the store did.
+    let rt = Runtime::builder()
+        .cache_bytes(8 * PAGE as u64)
+        .page_size(PAGE)
+        .fillers(2)
+        .fault_service(umio::FaultService::Fillers)
+        .build()
+        .unwrap();
     let store = FlakyStore::new();
     let m = map(&rt, &store, false);
     let data = pattern(STORE_LEN);

@@ -2,6 +2,11 @@
 //! pages of a mapping, `read(2)` into non-resident (and clean,
 //! write-protected) pages of a writable mapping. The data must be right and
 //! what `read(2)` stored must reach the file on flush.
+//!
+//! Fillers only (every runtime here asks for them): the kernel's own
+//! faults are served by filler threads in full userfaultfd mode; under the
+//! in-thread service they fail the call with `EFAULT` (`tests/in_thread.rs`
+//! checks that rule and `Mapping::populate`, the way around it).
 
 mod common;
 
@@ -22,12 +27,13 @@ fn runtime() -> Runtime {
         .page_size(4 << 10)
         .prefetch(PrefetchKind::None)
         .fillers(2)
+        .fault_service(umio::FaultService::Fillers)
         .build()
         .unwrap()
 }
 
 #[test]
-fn write_syscall_from_non_resident_pages_to_a_file() {
+fn fillers_serve_write_syscall_from_non_resident_pages_to_a_file() {
     let data = random_bytes(FILE_LEN, 1);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
@@ -58,7 +64,7 @@ fn write_syscall_from_non_resident_pages_to_a_file() {
 }
 
 #[test]
-fn write_syscall_from_non_resident_pages_to_a_pipe() {
+fn fillers_serve_write_syscall_from_non_resident_pages_to_a_pipe() {
     let data = random_bytes(FILE_LEN, 2);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
@@ -85,7 +91,7 @@ fn write_syscall_from_non_resident_pages_to_a_pipe() {
 }
 
 #[test]
-fn read_syscall_into_non_resident_and_clean_pages() {
+fn fillers_serve_read_syscall_into_non_resident_and_clean_pages() {
     let data = random_bytes(FILE_LEN, 3);
     let (tmp, file) = rw_file_with(&data);
     let src_data = random_bytes(200_000, 4);
@@ -124,7 +130,7 @@ fn read_syscall_into_non_resident_and_clean_pages() {
 }
 
 #[test]
-fn std_read_exact_into_a_mutable_slice() {
+fn fillers_serve_std_read_exact_into_a_mutable_slice() {
     // The same through safe std APIs: File::read_exact into as_mut_slice.
     let data = random_bytes(FILE_LEN, 5);
     let (tmp, file) = rw_file_with(&data);

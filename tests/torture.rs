@@ -30,6 +30,7 @@ struct Setup {
 }
 
 fn setup(policy: PolicyKind) -> Setup {
+    common::log_to_stderr();
     // Three regions: 2 MiB at 4 KiB pages, 1 MiB at 16 KiB pages over the
     // first half of a file whose second half is 1 MiB at 64 KiB pages.
     let a_data = random_bytes(2 << 20, 1);

@@ -367,6 +367,25 @@ impl UncachedFileStore {
     /// then the partial tails one by one.
     fn submit_direct(&self, direct: &UringStore, batch: &mut [IoRequest<'_>]) {
         let a = self.align;
+        // One aligned request (the fault path's: it may run in a signal
+        // handler, which must not allocate): straight to the descriptor.
+        if let [req] = batch
+            && req.result().is_none()
+            && self.direct_capable(req)
+            && req.len().is_multiple_of(a)
+        {
+            let write = req.is_write();
+            direct.perform_one(req);
+            if let Some(Ok(n)) = req.result() {
+                let c = if write {
+                    &self.counters.direct_written
+                } else {
+                    &self.counters.direct_read
+                };
+                c.fetch_add(n as u64, Relaxed);
+            }
+            return;
+        }
         let capable: Vec<bool> = batch
             .iter_mut()
             .map(|r| r.result().is_none() && self.direct_capable(r))

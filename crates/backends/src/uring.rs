@@ -597,7 +597,7 @@ impl UringStore {
 
     /// One request with `pread`/`pwrite` on the descriptor its alignment
     /// allows, looping over short transfers.
-    fn perform_one(&self, req: &mut IoRequest<'_>) {
+    pub(crate) fn perform_one(&self, req: &mut IoRequest<'_>) {
         use std::os::unix::fs::FileExt;
         let mut slots = 0;
         // No staging slot: an unaligned request takes the buffered path.
@@ -714,10 +714,10 @@ impl Store for UringStore {
                 req.complete(Err(StoreError::new(StoreOp::Write, at, libc::EBADF)));
             }
         }
-        let open: Vec<usize> = (0..batch.len())
-            .filter(|&i| batch[i].result().is_none())
-            .collect();
-        if let [i] = open[..] {
+        // Found without allocating: a single request is the fault path's
+        // (and may come from a signal handler, which must not allocate).
+        let mut open = (0..batch.len()).filter(|&i| batch[i].result().is_none());
+        if let (Some(i), None) = (open.next(), open.next()) {
             // One request gains nothing from a ring (and a buffered one
             // may be handed to an io_uring worker thread: a cross-CPU
             // wake-up): do it here.

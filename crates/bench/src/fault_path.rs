@@ -65,6 +65,10 @@ pub struct FaultPath {
     /// umio with fillers that poll for 50 us after each event before they
     /// sleep (`Builder::filler_spin`).
     pub umio_spin: PathRow,
+    /// umio serving each fault in the faulting thread
+    /// (`FaultService::InThread`: SIGBUS handler, no hand-off), reading
+    /// the page with `pread` as the defaults row does.
+    pub umio_in_thread: PathRow,
     /// Our own minimal handler.
     pub floor: PathRow,
     /// The same handler, `pread`ing the page from the tmpfs file first
@@ -92,6 +96,7 @@ impl FaultPath {
             &self.umio_mapped,
             &self.umio_sleep,
             &self.umio_spin,
+            &self.umio_in_thread,
             &self.floor,
             &self.floor_pread,
             &self.kernel_minor,
@@ -130,6 +135,8 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         "umio, tmpfs file mapped in (DaxStore: no store read, like the floor)".to_string(),
         format!("umio, {fillers} fillers always sleeping between events"),
         format!("umio, {fillers} fillers polling 50 us after each event"),
+        "umio in-thread (SIGBUS handler in the faulting thread, no hand-off; pread from the tmpfs file)"
+            .to_string(),
         "floor: own handler, blocking read + UFFDIO_COPY".to_string(),
         "floor + pread of the page (tmpfs)".to_string(),
     ];
@@ -150,8 +157,9 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
             umio_row(data, per_round, Setup::Mapped, &names[1])?,
             umio_row(data, per_round, Setup::Sleeping, &names[2])?,
             umio_row(data, per_round, Setup::Polling, &names[3])?,
-            floor_row(per_round, None, &names[4])?,
-            floor_row(per_round, Some((&f, data.len)), &names[5])?,
+            umio_row(data, per_round, Setup::InThread, &names[4])?,
+            floor_row(per_round, None, &names[5])?,
+            floor_row(per_round, Some((&f, data.len)), &names[6])?,
         ];
         for (row, m) in rows.iter_mut().zip(measured) {
             row.absorb(m, ROUNDS);
@@ -161,9 +169,9 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         row.cycles.sort_by(f64::total_cmp);
     }
     let mut rows = rows.into_iter();
-    let mut next = || rows.next().expect("six rows");
-    let (umio, umio_mapped, umio_sleep, umio_spin, floor, floor_pread) =
-        (next(), next(), next(), next(), next(), next());
+    let mut next = || rows.next().expect("seven rows");
+    let (umio, umio_mapped, umio_sleep, umio_spin, umio_in_thread, floor, floor_pread) =
+        (next(), next(), next(), next(), next(), next(), next());
     progress("Linux faults");
     let kernel_minor = kernel_row(
         &f,
@@ -188,6 +196,7 @@ pub fn run(data: &Data, faults: usize, progress: &mut dyn FnMut(&str)) -> Result
         umio_mapped,
         umio_sleep,
         umio_spin,
+        umio_in_thread,
         floor,
         floor_pread,
         kernel_minor,
@@ -236,6 +245,8 @@ enum Setup {
     Sleeping,
     /// Fillers polling 50 us after each event.
     Polling,
+    /// Faults served in the faulting thread.
+    InThread,
 }
 
 fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<PathRow> {
@@ -247,6 +258,7 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     match setup {
         Setup::Polling => b = b.filler_spin(Duration::from_micros(50)),
         Setup::Sleeping => b = b.filler_spin(Duration::ZERO),
+        Setup::InThread => b = b.fault_service(umio_core::FaultService::InThread),
         Setup::Defaults | Setup::Mapped => {}
     }
     let rt = b.build()?;
@@ -273,7 +285,7 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
     // windows of events: those are left out, as the code's warm-up is.
     let warmup = match setup {
         Setup::Defaults | Setup::Mapped => LEARNING,
-        Setup::Sleeping | Setup::Polling => WARMUP,
+        Setup::Sleeping | Setup::Polling | Setup::InThread => WARMUP,
     };
     let (mut row, _) = traced_faults(&rt, &map, faults, warmup, store_read)?;
     row.name = name.into();

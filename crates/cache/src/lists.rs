@@ -73,6 +73,15 @@ impl<const N: usize> Lists<N> {
         }
     }
 
+    /// Room for `n` keys in all (nodes, free slots and the index), so
+    /// that tracking that many allocates nothing.
+    pub fn reserve(&mut self, n: usize) {
+        self.nodes.reserve(n.saturating_sub(self.nodes.len()));
+        self.free.reserve(n.saturating_sub(self.free.len()));
+        self.index.reserve(n.saturating_sub(self.index.len()));
+        self.scratch.reserve(64);
+    }
+
     /// The list holding `key`.
     pub fn list_of(&self, key: PageKey) -> Option<u8> {
         self.index.get(&key).map(|&i| self.nodes[i as usize].list)

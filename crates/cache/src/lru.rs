@@ -67,6 +67,10 @@ impl EvictionPolicy for Lru {
     fn forget_region(&self, region: u64) {
         self.shards.for_each(|s| s.forget_region(region));
     }
+    fn reserve(&self, pages: usize) {
+        let per = (2 * pages).div_ceil(self.shards.len()) * 5 / 4 + 64;
+        self.shards.for_each(|s| s.reserve(per));
+    }
     fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
         self.shards.select(max, |s, want| {
             s.take(RESIDENT, want, Then::Forget, oracle, out)

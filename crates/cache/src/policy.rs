@@ -104,6 +104,17 @@ pub trait EvictionPolicy: Send + Sync + 'static {
     /// pages) and evicts each contiguous run of a batch with one `madvise`.
     fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>);
 
+    /// Makes room for `pages` tracked pages (as many again for stale
+    /// entries and remembered keys, where the policy keeps them), so that
+    /// calls for that many pages allocate nothing: the in-thread fault
+    /// service calls the policy from a signal handler, where allocating
+    /// could deadlock. Called when the runtime starts and when its cache
+    /// grows. The default does nothing (a policy that allocates on the
+    /// fault path then does so in the handler).
+    fn reserve(&self, pages: usize) {
+        let _ = pages;
+    }
+
     /// Number of entries tracked (resident pages plus stale entries; not
     /// the keys a policy remembers of pages it has evicted).
     fn tracked(&self) -> usize;
@@ -243,6 +254,15 @@ impl ShardedQueues {
         self.shards.lock_key(key).push_back(key);
     }
 
+    /// Room for `pages` keys in all, twice over (stale entries stay until
+    /// a purge, which comes at twice the pages the cache holds), spread
+    /// over the shards with slack for their unevenness.
+    fn reserve(&self, pages: usize) {
+        let per = (2 * pages).div_ceil(self.shards.len()) * 5 / 4 + 64;
+        self.shards
+            .for_each(|q| q.reserve(per.saturating_sub(q.len())));
+    }
+
     fn forget_region(&self, region: u64) {
         self.shards.for_each(|q| q.retain(|k| k.region != region));
     }
@@ -374,6 +394,9 @@ impl<const SECOND_CHANCE: bool> EvictionPolicy for QueuePolicy<SECOND_CHANCE> {
     }
     fn tracked(&self) -> usize {
         self.queues.len()
+    }
+    fn reserve(&self, pages: usize) {
+        self.queues.reserve(pages);
     }
     fn purge(&self, oracle: &dyn PageOracle) {
         self.queues.purge(oracle);

@@ -213,6 +213,12 @@ impl EvictionPolicy for TwoQ {
             _ => s.push_back(A1IN, key),
         }
     }
+    fn reserve(&self, pages: usize) {
+        // Resident pages and the remembered keys of evicted ones (A1out),
+        // twice over for stale entries, spread over the shards.
+        let per = (2 * pages).div_ceil(self.shards.len()) * 5 / 4 + 64;
+        self.shards.for_each(|s| s.reserve(per));
+    }
     fn forget_region(&self, region: u64) {
         self.shards.for_each(|s| s.forget_region(region));
     }

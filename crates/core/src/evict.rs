@@ -12,7 +12,7 @@ use std::time::Duration;
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
 use crate::huge::HugeState;
-use crate::region::{Region, RegionTable};
+use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
 use crate::scratch::Scratch;
 use crate::shared::Shared;
@@ -25,14 +25,14 @@ const MAX_BATCH: usize = 512;
 /// other pool (a range promoted into the huge-page pool, or demoted out of
 /// it) reads as gone, so each policy drops what is not its pool's.
 struct Oracle<'a> {
-    table: &'a RegionTable,
+    table: &'a dyn RegionLookup,
     /// Whether the asking policy is the huge-page pool's.
     huge_pool: bool,
 }
 
 impl PageOracle for Oracle<'_> {
     fn probe(&self, key: umio_cache::PageKey, clear_referenced: bool) -> Option<PageProbe> {
-        let r = self.table.get(key.region)?;
+        let r = self.table.region(key.region)?;
         let i = usize::try_from(key.index)
             .ok()
             .filter(|&i| i < r.pages.len())?;
@@ -114,7 +114,7 @@ impl Shared {
         if policy.tracked() as u64 > 2 * most_pages.min(budget.used() / 4096 + 1024) {
             let table = self.regions();
             policy.purge(&Oracle {
-                table: &table,
+                table: &**table,
                 huge_pool,
             });
         }
@@ -128,29 +128,51 @@ impl Shared {
         policy: &dyn EvictionPolicy,
         max: usize,
     ) -> u64 {
+        if w.in_signal {
+            // A signal handler may not load the runtime's table (`arc-swap`
+            // allocates and initialises a thread-local on a thread's first
+            // load, and is not reentrant).
+            return crate::in_thread::with_regions(|t| self.evict_batch_in(w, policy, max, t));
+        }
         let table = self.regions();
+        self.evict_batch_in(w, policy, max, &**table)
+    }
+
+    fn evict_batch_in(
+        &self,
+        w: &mut Scratch,
+        policy: &dyn EvictionPolicy,
+        max: usize,
+        table: &dyn RegionLookup,
+    ) -> u64 {
         w.victims.clear();
         let huge_pool = self
             .huge_pool()
             .is_some_and(|h| std::ptr::addr_eq(&*h.policy, policy));
-        let oracle = Oracle {
-            table: &table,
-            huge_pool,
-        };
+        let oracle = Oracle { table, huge_pool };
         policy.select_victims(&oracle, max, &mut w.victims);
         w.victims.sort_unstable();
         let mut freed = 0;
         let mut victims = std::mem::take(&mut w.victims);
         for group in victims.chunk_by(|a, b| a.region == b.region) {
-            let Some(region) = table.get(group[0].region) else {
+            let Some(region) = table.region(group[0].region) else {
                 continue;
             };
             let Some(_g) = region.enter() else { continue };
             w.locked.clear();
+            // A signal handler evicts clean pages only: writing back goes
+            // through the store's batch path (allocations, io_uring rings
+            // shared with other threads), which the evictors take instead.
+            let states: &[PageState] = if w.in_signal {
+                &[PageState::Clean]
+            } else {
+                &[PageState::Clean, PageState::Dirty]
+            };
             for key in group {
                 let p = key.index as usize;
-                let locked = [PageState::Clean, PageState::Dirty]
-                    .into_iter()
+                let locked = states
+                    .iter()
+                    .copied()
                     .find(|&s| region.pages.try_lock(p, s));
                 match locked {
                     // Pinned after the policy picked it: leave it be (unpin

@@ -116,6 +116,10 @@ impl Shared {
         write: Option<bool>,
     ) -> bool {
         let begin = std::time::Instant::now();
+        // Traced as a filler's miss whose event read takes no time: the
+        // trap's delivery ends where the handler starts.
+        let read = self.trace_read_begin();
+        self.trace_read(read);
         self.counters().faults.fetch_add(1, Relaxed);
         self.counters().in_thread_faults.fetch_add(1, Relaxed);
         let Some(_guard) = region.enter() else {
@@ -242,7 +246,10 @@ impl Shared {
         if dirty && !self.in_thread() {
             self.poison_and_release(region, page..page + 1);
         } else {
-            self.release_run(region, page..page + 1, PageState::Empty);
+            // The faulting thread waits for this wake, waiters registered
+            // or not (fillers); in-thread, it is the caller.
+            let _ = region.pages.unlock(page, PageState::Empty);
+            self.wake(addr, ps);
         }
         !dirty
     }

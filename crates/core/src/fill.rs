@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 use umio_backends::{IoRequest, StoreError};
 use umio_cache::{Observed, PageState};
 
-use crate::prefetch::{Fault, FaultKind};
+use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
@@ -198,7 +198,7 @@ impl Shared {
             advice: region.advice_for(page as u64),
             thread: w.thread,
         };
-        self.consider_promotion(region, &fault);
+        self.consider_promotion(region, &fault, w.in_signal);
         let mut fetch = std::mem::take(&mut w.fetch);
         fetch.clear();
         // A policy that panics (the application's own) loses its advice,
@@ -209,6 +209,22 @@ impl Shared {
         if asked.is_err() {
             log::error!("umio: the prefetch policy panicked; nothing prefetched");
             fetch.clear();
+        }
+        if w.in_signal {
+            // A signal handler hands read-ahead to the prefetch thread: a
+            // batch of reads goes through the store's batch path, which
+            // allocates. The faulting thread's own miss is already in.
+            if !fetch.is_empty() {
+                let _ = self.jobs().push_without_growing(PrefetchJob {
+                    region: region.clone(),
+                    pages: Vec::new(),
+                    fetch: fetch.clone(),
+                    promote: None,
+                });
+            }
+            fetch.clear();
+            w.fetch = fetch;
+            return;
         }
         let pages = region.pages.len();
         let mut ranges = std::mem::take(&mut w.fetch_pages);
@@ -234,11 +250,7 @@ impl Shared {
             let budget = self.budget_of(region);
             let small = bytes <= MAX_INLINE_PREFETCH;
             let room = budget.used() + bytes as u64 <= budget.limit();
-            // The in-thread service runs in a signal handler, which may not
-            // allocate or take the queue's lock: it fills inline (it holds
-            // no store slot to wait for).
-            let inline = self.in_thread() || (small && room);
-            if !(inline && self.fill_ranges_in_slot(w, region, &ranges)) {
+            if !(small && room && self.fill_ranges_in_slot(w, region, &ranges)) {
                 self.queue_readahead(region, ranges.clone());
             }
         }
@@ -251,6 +263,7 @@ impl Shared {
         self.jobs().push(PrefetchJob {
             region: region.clone(),
             pages,
+            fetch: FetchList::new(),
             promote: None,
         });
     }

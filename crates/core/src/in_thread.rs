@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::rcu::{self, RcuCell};
-use crate::region::Region;
+use crate::region::{Region, RegionLookup};
 use crate::scratch::Scratch;
 use crate::shared::Shared;
 use crate::sys::signal::{self, BusFault, ServiceStack};
@@ -127,11 +127,36 @@ unsafe impl Send for Entry {}
 // SAFETY: as above.
 unsafe impl Sync for Entry {}
 
+/// The in-thread runtimes' regions, as a signal handler reads them.
+#[derive(Default)]
+struct Table {
+    /// Mapped ranges, sorted by address.
+    by_addr: Vec<Entry>,
+    /// Regions, by id (ids are unique across runtimes: see
+    /// `Shared::next_region_id`).
+    by_id: Vec<Arc<Region>>,
+}
+
+impl RegionLookup for Table {
+    fn region(&self, id: u64) -> Option<&Arc<Region>> {
+        let i = self.by_id.binary_search_by_key(&id, |r| r.id).ok()?;
+        Some(&self.by_id[i])
+    }
+}
+
+/// Runs `f` on the in-thread regions (in a signal handler too).
+pub(crate) fn with_regions<R>(f: impl FnOnce(&dyn RegionLookup) -> R) -> R {
+    match service() {
+        Some(s) => s.table.with(|t| f(t)),
+        None => f(&Table::default()),
+    }
+}
+
 /// The process-wide state of the in-thread service, made when the first
 /// in-thread runtime starts.
 struct Service {
-    /// Every in-thread runtime's mapped ranges, sorted by address.
-    table: RcuCell<Vec<Entry>>,
+    /// Every in-thread runtime's mapped ranges and regions.
+    table: RcuCell<Table>,
     slots: Box<[Slot]>,
     /// Serialises table updates with the reads they start from.
     writer: Mutex<()>,
@@ -148,6 +173,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
         for _ in 0..slot_count() {
             let mut scratch = Scratch::new();
             scratch.reserve(SCRATCH_CAPACITY);
+            scratch.in_signal = true;
             slots.push(Slot {
                 busy: AtomicBool::new(false),
                 stack: ServiceStack::new(STACK_BYTES)?,
@@ -161,7 +187,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
         let previous = signal::install_sigbus(on_sigbus)?;
         let _ = PREVIOUS.set(Previous(previous));
         Ok(Service {
-            table: RcuCell::new(Vec::new()),
+            table: RcuCell::new(Table::default()),
             slots: slots.into_boxed_slice(),
             writer: Mutex::new(()),
         })
@@ -195,7 +221,8 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
         Vec::new()
     };
     s.table.update(|old| {
-        let mut v: Vec<Entry> = old
+        let mut by_addr: Vec<Entry> = old
+            .by_addr
             .iter()
             .filter(|e| !Arc::ptr_eq(&e.region, region))
             .map(|e| Entry {
@@ -205,14 +232,24 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
                 shared: e.shared,
             })
             .collect();
-        v.extend(ranges.iter().map(|r| Entry {
+        by_addr.extend(ranges.iter().map(|r| Entry {
             start: region.page_addr(r.start),
             end: region.page_addr(r.start) + r.len() * region.page_size,
             region: region.clone(),
             shared: shared as *const Shared,
         }));
-        v.sort_unstable_by_key(|e| e.start);
-        v
+        by_addr.sort_unstable_by_key(|e| e.start);
+        let mut by_id: Vec<Arc<Region>> = old
+            .by_id
+            .iter()
+            .filter(|r| !Arc::ptr_eq(r, region))
+            .cloned()
+            .collect();
+        if mapped {
+            by_id.push(region.clone());
+        }
+        by_id.sort_unstable_by_key(|r| r.id);
+        Table { by_addr, by_id }
     });
 }
 
@@ -267,7 +304,7 @@ fn serve(fault: BusFault) -> Verdict {
     // Cheap refusal of foreign faults, before taking a slot.
     {
         let g = rcu::read();
-        if find(s.table.load(&g), fault.addr).is_none() {
+        if find(&s.table.load(&g).by_addr, fault.addr).is_none() {
             return Verdict::NotOurs;
         }
     }
@@ -326,7 +363,7 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
             return Verdict::NotOurs;
         };
         let g = rcu::read();
-        let Some(e) = find(s.table.load(&g), call.fault.addr) else {
+        let Some(e) = find(&s.table.load(&g).by_addr, call.fault.addr) else {
             return Verdict::NotOurs;
         };
         // SAFETY: entries outlive the read section; their runtime outlives

@@ -9,7 +9,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
-use crate::prefetch::{Advice, PrefetchKind, Prefetcher};
+use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher};
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::shared::PrefetchJob;
@@ -832,6 +832,7 @@ impl Mapping {
         self.rt.shared().jobs().push(PrefetchJob {
             region: self.region.clone(),
             pages: vec![pages],
+            fetch: FetchList::new(),
             promote: None,
         });
         Ok(())
@@ -879,6 +880,7 @@ impl Mapping {
         self.rt.shared().jobs().push(PrefetchJob {
             region: self.region.clone(),
             pages: merged,
+            fetch: FetchList::new(),
             promote: None,
         });
         Ok(())

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use umio_cache::{Observed, PageState};
 
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, NORMAL, POOLED, PROMOTED};
-use crate::prefetch::{Fault, FaultKind};
+use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::scratch::Scratch;
 use crate::shared::{PrefetchJob, Shared};
@@ -39,7 +39,9 @@ pub(crate) enum PromoteFailure {
 impl Shared {
     /// Shows a resolved fault to the region's promotion policy and queues
     /// the promotion it asks for on the background thread.
-    pub(crate) fn consider_promotion(&self, region: &Arc<Region>, fault: &Fault) {
+    /// `in_signal`: called from a signal handler, which must not
+    /// allocate (the job is dropped if the queue is full).
+    pub(crate) fn consider_promotion(&self, region: &Arc<Region>, fault: &Fault, in_signal: bool) {
         let Some(h) = &region.huge else { return };
         let page = fault.page as usize;
         let Some(chunk) = h.chunk_of(page) else {
@@ -63,16 +65,19 @@ impl Shared {
             self.counters().promotions_coalesced.fetch_add(1, Relaxed);
             return;
         }
-        self.queue_promotion(region.clone(), chunk);
-    }
-
-    /// Queues the promotion of a claimed range on the background thread.
-    pub(crate) fn queue_promotion(&self, region: Arc<Region>, chunk: usize) {
-        self.jobs().push(PrefetchJob {
-            region,
+        let job = PrefetchJob {
+            region: region.clone(),
             pages: Vec::new(),
+            fetch: FetchList::new(),
             promote: Some(chunk),
-        });
+        };
+        if in_signal {
+            if !self.jobs().push_without_growing(job) {
+                h.end(chunk, NORMAL);
+            }
+        } else {
+            self.jobs().push(job);
+        }
     }
 
     /// Promotes one claimed 2 MiB range: fill, lock, un-protect, collapse.

@@ -290,6 +290,18 @@ pub(crate) struct RegionTable {
     by_id: Vec<Arc<Region>>,
 }
 
+/// Regions by id: the runtime's table, or, in a signal handler, the
+/// in-thread service's (`in_thread.rs`), which is safe to read there.
+pub(crate) trait RegionLookup {
+    fn region(&self, id: u64) -> Option<&Arc<Region>>;
+}
+
+impl RegionLookup for RegionTable {
+    fn region(&self, id: u64) -> Option<&Arc<Region>> {
+        self.get(id)
+    }
+}
+
 impl RegionTable {
     #[inline]
     pub fn find(&self, addr: usize) -> Option<&Arc<Region>> {

@@ -34,6 +34,9 @@ pub(crate) struct Scratch {
     pub thread: u32,
     /// Holds one of the current region's store slots (`store_slots`).
     pub in_store: bool,
+    /// Runs in a signal handler (the in-thread service's slots): reads
+    /// only what is safe to read there.
+    pub in_signal: bool,
 }
 
 impl Scratch {
@@ -51,6 +54,7 @@ impl Scratch {
             discard: Vec::new(),
             thread: 0,
             in_store: false,
+            in_signal: false,
         }
     }
 

@@ -21,6 +21,7 @@ use crate::huge::HUGE_PAGE_SIZE;
 use crate::in_thread::{self, FaultService};
 use crate::kernel::KernelFeatures;
 use crate::padded::CachePadded;
+use crate::prefetch::FetchList;
 use crate::progress::Progress;
 use crate::region::{Region, RegionTable};
 use crate::spin::SpinTuner;
@@ -37,7 +38,6 @@ pub(crate) struct Shared {
     uffd: Uffd,
     regions: ArcSwap<RegionTable>,
     regions_writer: Mutex<()>,
-    next_id: AtomicU64,
     /// The regular pool (every region's, without a huge-page pool).
     pool: Pool,
     /// The huge-page pool (`Builder::huge_cache_bytes`).
@@ -86,20 +86,31 @@ impl Shared {
     pub fn new(s: Settings, uffd: Uffd, features: KernelFeatures) -> Result<Shared> {
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
         let in_thread = s.cfg.fault_service == FaultService::InThread;
+        if in_thread {
+            // The in-thread service calls the policies from a signal
+            // handler: room for every page the pools can hold, now.
+            let pages = |b: u64| (b / crate::config::MIN_PAGE_SIZE as u64) as usize;
+            s.policy.reserve(pages(s.cache_bytes));
+        }
         Ok(Shared {
             cfg: s.cfg,
             features,
             uffd,
             regions: ArcSwap::from_pointee(RegionTable::default()),
             regions_writer: Mutex::new(()),
-            next_id: AtomicU64::new(1),
             pool: Pool {
                 budget: FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
                 policy: s.policy,
             },
-            huge: s.huge_cache_bytes.map(|bytes| Pool {
-                budget: FrameBudget::new(bytes, s.high_water, s.low_water),
-                policy: s.huge_policy.build(),
+            huge: s.huge_cache_bytes.map(|bytes| {
+                let policy = s.huge_policy.build();
+                if in_thread {
+                    policy.reserve((bytes / crate::config::MIN_PAGE_SIZE as u64) as usize);
+                }
+                Pool {
+                    budget: FrameBudget::new(bytes, s.high_water, s.low_water),
+                    policy,
+                }
             }),
             spin: SpinTuner::new(),
             evict_signal: Signal::default(),
@@ -237,9 +248,12 @@ impl Shared {
         }
     }
 
-    /// The id of the next region.
+    /// The id of the next region: unique in the process, across runtimes
+    /// (the in-thread service's table holds every in-thread runtime's
+    /// regions by id).
     pub fn next_region_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The regular pool.
@@ -361,6 +375,15 @@ impl Shared {
             });
         }
         let before = budget.limit();
+        if self.in_thread && bytes > before {
+            // Room in the policy first: the handler must find it there.
+            let policy = if huge_pool {
+                &*self.huge.as_ref().map_or(&self.pool, |h| h).policy
+            } else {
+                &*self.pool.policy
+            };
+            policy.reserve((bytes / crate::config::MIN_PAGE_SIZE as u64) as usize);
+        }
         budget.set_limit(bytes);
         self.stats.cache_resizes.fetch_add(1, Ordering::Relaxed);
         if bytes < before {
@@ -526,18 +549,34 @@ impl Signal {
 pub(crate) struct PrefetchJob {
     pub region: Arc<Region>,
     pub pages: Vec<Range<usize>>,
+    /// More ranges, as a prefetcher asked for them: what a signal handler
+    /// queues (a `FetchList` needs no allocation).
+    pub fetch: FetchList,
     /// Instead of filling `pages`: promote this 2 MiB range (claimed).
     pub promote: Option<usize>,
 }
 
 /// The queue of [`PrefetchJob`]s, served in order by the `umio-prefetch`
-/// thread.
-#[derive(Default)]
+/// thread. Room for [`JOB_QUEUE_ROOM`] jobs is made in advance, for
+/// [`push_without_growing`](JobQueue::push_without_growing).
 pub(crate) struct JobQueue {
     jobs: Mutex<VecDeque<PrefetchJob>>,
     ready: Condvar,
     /// Threads waiting for a job (changed under the queue's lock).
     idle: AtomicU64,
+}
+
+/// Jobs a queue holds without growing.
+const JOB_QUEUE_ROOM: usize = 256;
+
+impl Default for JobQueue {
+    fn default() -> Self {
+        JobQueue {
+            jobs: Mutex::new(VecDeque::with_capacity(JOB_QUEUE_ROOM)),
+            ready: Condvar::new(),
+            idle: AtomicU64::new(0),
+        }
+    }
 }
 
 impl JobQueue {
@@ -549,6 +588,20 @@ impl JobQueue {
     pub fn push(&self, job: PrefetchJob) {
         self.lock().push_back(job);
         self.ready.notify_one();
+    }
+
+    /// Queues a job if the queue has room for it without growing (a
+    /// signal handler must not allocate); drops it otherwise (prefetch and
+    /// promotion are optimisations). Returns whether it was queued.
+    pub fn push_without_growing(&self, job: PrefetchJob) -> bool {
+        let mut q = self.lock();
+        if q.len() == q.capacity() {
+            return false;
+        }
+        q.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        true
     }
 
     /// The next job, waiting for one; `None` once `stop()` holds (checked
@@ -568,8 +621,9 @@ impl JobQueue {
         }
     }
 
-    /// Moves into `job` the page ranges of the fill jobs queued right
-    /// behind it for the same region (read-ahead of several streams,
+    /// Moves `job`'s fetch list into its page ranges, then moves into
+    /// `job` the page ranges (and fetch lists) of the fill jobs queued
+    /// right behind it for the same region (read-ahead of several streams,
     /// queued while the threads served the last batches), until `job`
     /// holds `max_pages` pages or more: their reads then go to the store
     /// in one batch, all in flight at once. Jobs an idle thread would take
@@ -580,6 +634,16 @@ impl JobQueue {
         if job.promote.is_some() {
             return;
         }
+        let take_fetch = |pages: &mut Vec<Range<usize>>, fetch: &FetchList| {
+            pages.extend(
+                fetch
+                    .as_slice()
+                    .iter()
+                    .map(|r| r.start as usize..r.end as usize),
+            );
+        };
+        take_fetch(&mut job.pages, &job.fetch);
+        job.fetch.clear();
         let mut pages: usize = job.pages.iter().map(|r| r.len()).sum();
         {
             let mut q = self.lock();
@@ -590,8 +654,10 @@ impl JobQueue {
                 && Arc::ptr_eq(&next.region, &job.region)
             {
                 let Some(next) = q.pop_front() else { break };
-                pages += next.pages.iter().map(|r| r.len()).sum::<usize>();
+                let before = job.pages.len();
                 job.pages.extend(next.pages);
+                take_fetch(&mut job.pages, &next.fetch);
+                pages += job.pages[before..].iter().map(|r| r.len()).sum::<usize>();
             }
         }
         job.pages.sort_unstable_by_key(|r| r.start);

@@ -166,7 +166,8 @@ fn prefetch_main(shared: Arc<Shared>) {
                 Some(chunk) => shared.promote(&mut w, &region, chunk),
                 None => {
                     // The windows of every stream queued meanwhile go in
-                    // flight together.
+                    // flight together (with what signal handlers asked
+                    // for, queued as fetch lists: no allocation there).
                     let max = (MAX_MERGED_BYTES / region.page_size).max(1);
                     shared.jobs().merge_following(&mut job, max);
                     shared.fill_ranges(&mut w, &region, &job.pages, true);

@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 
 use log::LevelFilter;
 use umio_cache::PolicyKind;
-use umio_core::{MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime, UffdMode};
+use umio_core::{FaultService, MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime, UffdMode};
 
 use crate::boundary::Errno;
 use crate::logging;
@@ -86,6 +86,8 @@ pub(crate) struct Overrides {
     pub uffd_mode: Option<UffdMode>,
     /// `umio_config_set_page_cache`.
     pub page_cache: Option<bool>,
+    /// `umio_config_set_fault_service`.
+    pub fault_service: Option<FaultService>,
 }
 
 /// A resolved configuration: what the runtime runs (or will run) with.
@@ -115,6 +117,9 @@ pub(crate) struct Settings {
     /// Seconds between two statistics lines printed on stderr
     /// (`UMAP_MONITOR_FREQ`, UMap's monitor thread); 0: none.
     pub monitor_freq: u64,
+    /// Fillers, in the faulting thread, or automatic
+    /// (`UMIO_FAULT_SERVICE`).
+    pub fault_service: FaultService,
 }
 
 impl Settings {
@@ -128,6 +133,7 @@ impl Settings {
             .prefetch(prefetch_kind(self.read_ahead))
             .max_fault_events(self.max_fault_events as usize)
             .uffd_mode(self.uffd_mode)
+            .fault_service(self.fault_service)
             .page_cache(self.page_cache);
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
@@ -336,8 +342,16 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             Some(_) => return Err(Errno(libc::EINVAL)),
         },
     };
+    let fault_service = match o.fault_service {
+        Some(s) => s,
+        None => match var(env, "UMIO_FAULT_SERVICE") {
+            Some(v) => FaultService::from_name(&v).ok_or(Errno(libc::EINVAL))?,
+            None => FaultService::default(),
+        },
+    };
     let monitor_freq = umap_number(env, "UMAP_MONITOR_FREQ")?.unwrap_or(0);
     Ok(Settings {
+        fault_service,
         monitor_freq,
         page_size,
         cache_bytes,
@@ -375,6 +389,7 @@ static LIB: Mutex<Lib> = Mutex::new(Lib {
         max_fault_events: None,
         uffd_mode: None,
         page_cache: None,
+        fault_service: None,
     },
     running: None,
 });

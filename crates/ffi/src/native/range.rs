@@ -170,6 +170,26 @@ pub unsafe extern "C" fn umio_pin(addr: *const c_void, len: usize) -> c_int {
     ffi_boundary!(-1, { on_range(addr, len, |m, range| m.pin(range)) })
 }
 
+/// Faults the pages of `[addr, addr + len)` in now, on the calling thread
+/// (`MADV_POPULATE_READ`); with `write` nonzero (a writable mapping) also
+/// takes each page's first-write fault without changing a byte
+/// (`MADV_POPULATE_WRITE`). Call it before passing mapped memory to a
+/// system call when the kernel's own accesses are not served (the
+/// in-thread fault service, or a user-mode-only userfaultfd): a
+/// non-resident page, or a clean page the call writes into, fails it with
+/// `EFAULT`. Returns 0, or -1 with errno `EINVAL` (not umio's, or `write`
+/// on a read-only mapping) or the store's errno.
+///
+/// # Safety
+/// None: the address is looked up among umio's mappings, never
+/// dereferenced by the caller's promise (umio touches its own pages).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_populate(addr: *const c_void, len: usize, write: c_int) -> c_int {
+    ffi_boundary!(-1, {
+        on_range(addr, len, |m, range| m.populate(range, write != 0))
+    })
+}
+
 /// Unpins the pages of `[addr, addr + len)`. Returns 0, or -1 with errno
 /// `EINVAL`.
 ///

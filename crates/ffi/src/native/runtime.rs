@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use umio_core::UffdMode;
+use umio_core::{FaultService, UffdMode};
 
 use super::name;
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
@@ -310,6 +310,31 @@ pub unsafe extern "C" fn umio_config_set_uffd_mode(name: *const c_char) -> c_int
             .and_then(UffdMode::from_name)
             .ok_or(Errno(libc::EINVAL))?;
         config::set(|o| o.uffd_mode = Some(mode))?;
+        Ok(0)
+    })
+}
+
+/// How faults are served, by name (any case): `"fillers"` (the default:
+/// filler threads read fault events and resolve them), `"in-thread"` (the
+/// faulting thread serves its own fault in umio's SIGBUS handler, chained
+/// to the application's: no thread hand-off; a non-resident mapped buffer
+/// passed to a system call then fails it with `EFAULT`: call
+/// `umio_populate` first) or `"auto"` (in-thread where the userfaultfd is
+/// user-mode-only anyway). Overrides `UMIO_FAULT_SERVICE`; before the
+/// first mapping only (after it `EBUSY`); `EINVAL` for NULL or another
+/// name. `ENOTSUP` at the first mapping if the kernel lacks
+/// `UFFD_FEATURE_SIGBUS`.
+///
+/// # Safety
+/// `name` is NULL (`EINVAL`) or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_config_set_fault_service(name: *const c_char) -> c_int {
+    ffi_boundary!(-1, {
+        // SAFETY: the caller promised NULL or a NUL-terminated string.
+        let service = unsafe { self::name(name) }?
+            .and_then(FaultService::from_name)
+            .ok_or(Errno(libc::EINVAL))?;
+        config::set(|o| o.fault_service = Some(service))?;
         Ok(0)
     })
 }
