@@ -30,6 +30,7 @@ struct Args {
     reads: usize,
     cache_mib: u64,
     rounds: usize,
+    only: Option<String>,
 }
 
 fn args() -> Result<Args> {
@@ -50,6 +51,10 @@ fn args() -> Result<Args> {
     )
     .arg(cli::opt("cache", "MiB", "192", "umio's cache").value_parser(value_parser!(u64)))
     .arg(cli::opt("rounds", "N", "2", "rounds").value_parser(value_parser!(usize)))
+    .arg(
+        cli::opt_none("only", "SIDE", "run one side only: fillers, in-thread or mmap")
+            .value_parser(["fillers", "in-thread", "mmap"]),
+    )
     .get_matches();
     Ok(Args {
         file: cli::get_opt(&m, "file").ok_or("--file is required")?,
@@ -57,6 +62,7 @@ fn args() -> Result<Args> {
         reads: cli::get(&m, "reads"),
         cache_mib: cli::get(&m, "cache"),
         rounds: cli::get::<usize>(&m, "rounds").max(1),
+        only: cli::get_opt(&m, "only"),
     })
 }
 
@@ -143,9 +149,18 @@ fn main() -> Result<()> {
     println!("round | umio fillers | umio in-thread | mmap MADV_RANDOM | in-thread/mmap");
     for r in 0..a.rounds {
         let seed = 7 + r as u64;
-        let fillers = umio(&a, FaultService::Fillers, seed)?;
-        let in_thread = umio(&a, FaultService::InThread, seed)?;
-        let kernel = mmap(&a, seed)?;
+        let want = |side: &str| a.only.as_deref().is_none_or(|o| o == side);
+        let fillers = if want("fillers") {
+            umio(&a, FaultService::Fillers, seed)?
+        } else {
+            f64::NAN
+        };
+        let in_thread = if want("in-thread") {
+            umio(&a, FaultService::InThread, seed)?
+        } else {
+            f64::NAN
+        };
+        let kernel = if want("mmap") { mmap(&a, seed)? } else { f64::NAN };
         println!(
             "{} | {:.0} | {:.0} | {:.0} | {:.2}",
             r + 1,

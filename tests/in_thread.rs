@@ -280,7 +280,6 @@ fn faults_from_an_application_signal_handler_and_with_signals_pending() {
     assert_eq!(rt.stats().in_thread_faults, rt.stats().faults);
 }
 
-static APP_SAW: AtomicUsize = AtomicUsize::new(0);
 static EXPECT: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn app_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
@@ -307,7 +306,7 @@ fn a_failed_read_raises_sigbus_in_the_application_s_handler() {
     // SAFETY: a valid SA_SIGINFO action.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = app_sigbus as usize;
+        sa.sa_sigaction = app_sigbus as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
     }
@@ -377,7 +376,7 @@ fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
     // SAFETY: a valid SA_SIGINFO action.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = fix_foreign as usize;
+        sa.sa_sigaction = fix_foreign as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
     }

@@ -253,6 +253,16 @@ impl Drop for StagingBuffer {
 // to another thread moves that ownership.
 unsafe impl Send for StagingBuffer {}
 
+/// Writes the byte at `addr` without changing it, atomically with any
+/// other thread's write: a page that is write-protected takes its write
+/// fault now.
+pub(crate) fn touch_for_write(addr: usize) {
+    // SAFETY: callers pass an address inside a live writable mapping of
+    // theirs; an atomic RMW of 0 leaves whatever another thread wrote.
+    let b = unsafe { &*(addr as *const std::sync::atomic::AtomicU8) };
+    b.fetch_or(0, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,14 +302,4 @@ mod tests {
         }
         unmap(base, len).unwrap();
     }
-}
-
-/// Writes the byte at `addr` without changing it, atomically with any
-/// other thread's write: a page that is write-protected takes its write
-/// fault now.
-pub(crate) fn touch_for_write(addr: usize) {
-    // SAFETY: callers pass an address inside a live writable mapping of
-    // theirs; an atomic RMW of 0 leaves whatever another thread wrote.
-    let b = unsafe { &*(addr as *const std::sync::atomic::AtomicU8) };
-    b.fetch_or(0, std::sync::atomic::Ordering::Relaxed);
 }
