@@ -52,8 +52,12 @@ fn args() -> Result<Args> {
     .arg(cli::opt("cache", "MiB", "192", "umio's cache").value_parser(value_parser!(u64)))
     .arg(cli::opt("rounds", "N", "2", "rounds").value_parser(value_parser!(usize)))
     .arg(
-        cli::opt_none("only", "SIDE", "run one side only: fillers, in-thread or mmap")
-            .value_parser(["fillers", "in-thread", "mmap"]),
+        cli::opt_none(
+            "only",
+            "SIDE",
+            "run one side only: fillers, in-thread or mmap",
+        )
+        .value_parser(["fillers", "in-thread", "mmap"]),
     )
     .get_matches();
     Ok(Args {
@@ -160,7 +164,11 @@ fn main() -> Result<()> {
         } else {
             f64::NAN
         };
-        let kernel = if want("mmap") { mmap(&a, seed)? } else { f64::NAN };
+        let kernel = if want("mmap") {
+            mmap(&a, seed)?
+        } else {
+            f64::NAN
+        };
         println!(
             "{} | {:.0} | {:.0} | {:.0} | {:.2}",
             r + 1,
