@@ -288,6 +288,20 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
         Setup::Sleeping | Setup::Polling | Setup::InThread => WARMUP,
     };
     let (mut row, _) = traced_faults(&rt, &map, faults, warmup, store_read)?;
+    if setup == Setup::InThread {
+        // The same stamps, taken in the faulting thread's SIGBUS handler:
+        // no event, no wake-up; the last phase is the handler's return.
+        for (k, _) in &mut row.phases {
+            *k = match *k {
+                "trap + delivery to the filler" => "trap + SIGBUS delivery to umio's handler",
+                "event read" => "(no event to read)",
+                "UFFDIO_WAKE + wake-up until the thread resumes" => {
+                    "return from the handler until the access resumes"
+                }
+                other => other,
+            };
+        }
+    }
     row.name = name.into();
     row.cycles = sorted(row.cycles);
     Ok(row)
@@ -689,6 +703,7 @@ pub fn markdown(fp: &FaultPath) -> String {
         &fp.umio_mapped,
         &fp.umio_sleep,
         &fp.umio_spin,
+        &fp.umio_in_thread,
         &fp.floor,
         &fp.floor_pread,
     ] {
