@@ -328,6 +328,23 @@ fn serve(fault: BusFault) -> Verdict {
     call.verdict
 }
 
+/// Whether the calling thread is inside umio's in-thread fault handler,
+/// serving a fault: the store reads it makes there call the C library
+/// (`pread`, say), and a library that interposes those calls (an
+/// `LD_PRELOAD` shim such as `libumio_preload.so`) must send them straight
+/// to the kernel: a signal handler may take none of its locks. Signal-safe,
+/// with no system call and no thread-local storage: the handler runs on
+/// stacks of its own, and this asks whether the caller's stack is one of
+/// them. Always `false` where no runtime serves faults in-thread.
+pub fn in_fault_handler() -> bool {
+    let Some(s) = service() else {
+        return false;
+    };
+    let here = 0u8;
+    let sp = std::hint::black_box(&here) as *const u8 as usize;
+    s.slots.iter().any(|slot| slot.stack.contains(sp))
+}
+
 fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
     let i = table.partition_point(|e| e.start <= addr);
     let e = table.get(i.checked_sub(1)?)?;

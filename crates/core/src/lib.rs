@@ -45,7 +45,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
-pub use in_thread::FaultService;
+pub use in_thread::{FaultService, in_fault_handler};
 pub use kernel::{KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{

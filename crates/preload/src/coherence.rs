@@ -129,6 +129,9 @@ pub(crate) fn write(
     len: usize,
     call: impl FnOnce() -> isize,
 ) -> Result<isize, Errno> {
+    if !maps::any() {
+        return Ok(call());
+    }
     let Some((id, size)) = file_of(fd) else {
         return Ok(call());
     };
@@ -171,6 +174,9 @@ pub(crate) fn read(
 /// Before `len` bytes of `fd` at `at` are read: writes back what umio's
 /// shared mappings of the file hold dirty there.
 pub(crate) fn before_read(fd: c_int, at: At, len: usize) -> Result<(), Errno> {
+    if !maps::any() {
+        return Ok(());
+    }
     if let Some((id, size)) = file_of(fd) {
         let start = match at {
             At::Offset(o) => Some(o),

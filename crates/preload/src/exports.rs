@@ -7,6 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use libc::{c_int, c_void, off_t, size_t, ssize_t};
 
+use crate::buffers::{self, Access};
 use crate::coherence::{self, At};
 use crate::runtime::Errno;
 use crate::{heap, maps, sys};
@@ -273,11 +274,17 @@ unsafe fn iov_len(iov: *const libc::iovec, cnt: c_int) -> usize {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_write, fd, buf, n) as ssize_t };
-    if !maps::any() {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_write, fd, buf, n) as ssize_t };
+    if !maps::any() && !buffers::needed() {
+        return raw();
     }
-    boundary(-1, kernel, || coherence::write(fd, At::Position, n, kernel))
+    let kernel = || {
+        buffers::around_one(fd, buf as usize, n, Access::Reads, |done| {
+            // SAFETY: the rest of the caller's buffer.
+            unsafe { libc::syscall(libc::SYS_write, fd, buf.byte_add(done), n - done) as ssize_t }
+        })
+    };
+    boundary(-1, raw, || coherence::write(fd, At::Position, n, kernel))
 }
 
 /// `pwrite(2)`.
@@ -287,11 +294,25 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) as ssize_t };
-    if !maps::any() || off < 0 {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) as ssize_t };
+    if (!maps::any() && !buffers::needed()) || off < 0 {
+        return raw();
     }
-    boundary(-1, kernel, || {
+    let kernel = || {
+        buffers::around_one(fd, buf as usize, n, Access::Reads, |done| {
+            // SAFETY: the rest of the caller's buffer, at the offset as far on.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pwrite64,
+                    fd,
+                    buf.byte_add(done),
+                    n - done,
+                    off + done as off_t,
+                ) as ssize_t
+            }
+        })
+    };
+    boundary(-1, raw, || {
         coherence::write(fd, At::Offset(off as u64), n, kernel)
     })
 }
@@ -313,13 +334,16 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_writev, fd, iov, cnt) as ssize_t };
-    if !maps::any() {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_writev, fd, iov, cnt) as ssize_t };
+    if !maps::any() && !buffers::needed() {
+        return raw();
     }
-    // SAFETY: the caller's iovec array.
-    let n = unsafe { iov_len(iov, cnt) };
-    boundary(-1, kernel, || coherence::write(fd, At::Position, n, kernel))
+    boundary(-1, raw, || {
+        // SAFETY: the caller's iovec array.
+        let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
+        let kernel = || buffers::around(&bufs, Access::Reads, raw);
+        coherence::write(fd, At::Position, n, kernel)
+    })
 }
 
 /// `pwritev2(2)`; `pwritev` and the `64` names are the same call. An
@@ -338,19 +362,22 @@ pub unsafe extern "C" fn pwritev2(
 ) -> ssize_t {
     // SAFETY: forwarded as the caller gave it (the offset's high half is
     // 0 on a 64-bit kernel).
-    let kernel =
+    let raw =
         || unsafe { libc::syscall(libc::SYS_pwritev2, fd, iov, cnt, off, 0, flags) as ssize_t };
-    if !maps::any() || off < -1 {
-        return kernel();
+    if (!maps::any() && !buffers::needed()) || off < -1 {
+        return raw();
     }
-    // SAFETY: the caller's iovec array.
-    let n = unsafe { iov_len(iov, cnt) };
     let at = if flags & libc::RWF_APPEND != 0 {
         At::End
     } else {
         At::or_position(off)
     };
-    boundary(-1, kernel, || coherence::write(fd, at, n, kernel))
+    boundary(-1, raw, || {
+        // SAFETY: the caller's iovec array.
+        let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
+        let kernel = || buffers::around(&bufs, Access::Reads, raw);
+        coherence::write(fd, at, n, kernel)
+    })
 }
 
 /// `pwritev64v2(2)`: [`pwritev2`].
@@ -411,11 +438,17 @@ pub unsafe extern "C" fn pwritev64(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t };
-    if !maps::any() {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t };
+    if !maps::any() && !buffers::needed() {
+        return raw();
     }
-    boundary(-1, kernel, || coherence::read(fd, At::Position, n, kernel))
+    let kernel = || {
+        buffers::around_one(fd, buf as usize, n, Access::Writes, |done| {
+            // SAFETY: the rest of the caller's buffer.
+            unsafe { libc::syscall(libc::SYS_read, fd, buf.byte_add(done), n - done) as ssize_t }
+        })
+    };
+    boundary(-1, raw, || coherence::read(fd, At::Position, n, kernel))
 }
 
 /// `pread(2)`.
@@ -425,11 +458,25 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_pread64, fd, buf, n, off) as ssize_t };
-    if !maps::any() || off < 0 {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_pread64, fd, buf, n, off) as ssize_t };
+    if (!maps::any() && !buffers::needed()) || off < 0 {
+        return raw();
     }
-    boundary(-1, kernel, || {
+    let kernel = || {
+        buffers::around_one(fd, buf as usize, n, Access::Writes, |done| {
+            // SAFETY: the rest of the caller's buffer, at the offset as far on.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pread64,
+                    fd,
+                    buf.byte_add(done),
+                    n - done,
+                    off + done as off_t,
+                ) as ssize_t
+            }
+        })
+    };
+    boundary(-1, raw, || {
         coherence::read(fd, At::Offset(off as u64), n, kernel)
     })
 }
@@ -451,13 +498,16 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: of
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel = || unsafe { libc::syscall(libc::SYS_readv, fd, iov, cnt) as ssize_t };
-    if !maps::any() {
-        return kernel();
+    let raw = || unsafe { libc::syscall(libc::SYS_readv, fd, iov, cnt) as ssize_t };
+    if !maps::any() && !buffers::needed() {
+        return raw();
     }
-    // SAFETY: the caller's iovec array.
-    let n = unsafe { iov_len(iov, cnt) };
-    boundary(-1, kernel, || coherence::read(fd, At::Position, n, kernel))
+    boundary(-1, raw, || {
+        // SAFETY: the caller's iovec array.
+        let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
+        let kernel = || buffers::around(&bufs, Access::Writes, raw);
+        coherence::read(fd, At::Position, n, kernel)
+    })
 }
 
 /// `preadv2(2)`; `preadv` and the `64` names are the same call. An offset
@@ -474,14 +524,15 @@ pub unsafe extern "C" fn preadv2(
     flags: c_int,
 ) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
-    let kernel =
+    let raw =
         || unsafe { libc::syscall(libc::SYS_preadv2, fd, iov, cnt, off, 0, flags) as ssize_t };
-    if !maps::any() || off < -1 {
-        return kernel();
+    if (!maps::any() && !buffers::needed()) || off < -1 {
+        return raw();
     }
-    // SAFETY: the caller's iovec array.
-    let n = unsafe { iov_len(iov, cnt) };
-    boundary(-1, kernel, || {
+    boundary(-1, raw, || {
+        // SAFETY: the caller's iovec array.
+        let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
+        let kernel = || buffers::around(&bufs, Access::Writes, raw);
         coherence::read(fd, At::or_position(off), n, kernel)
     })
 }
@@ -534,6 +585,184 @@ pub unsafe extern "C" fn preadv64(
 ) -> ssize_t {
     // SAFETY: same contract.
     unsafe { preadv(fd, iov, cnt, off) }
+}
+
+/// `recv(2)`: `recvfrom` without an address.
+///
+/// # Safety
+/// As `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the same call.
+    unsafe {
+        recvfrom(
+            fd,
+            buf,
+            n,
+            flags,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// `recvfrom(2)`. The socket calls are interposed only for their buffers
+/// (`buffers.rs`): with the kernel's accesses to umio memory served, they
+/// go straight to it.
+///
+/// # Safety
+/// As `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    addrlen: *mut libc::socklen_t,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let raw = || unsafe {
+        libc::syscall(libc::SYS_recvfrom, fd, buf, n, flags, addr, addrlen) as ssize_t
+    };
+    if !buffers::needed() {
+        return raw();
+    }
+    boundary(-1, raw, || {
+        let mut bufs = vec![(buf as usize, n)];
+        if !addr.is_null() && !addrlen.is_null() {
+            // SAFETY: the caller's address length, as the kernel reads it.
+            bufs.push((addr as usize, unsafe { addrlen.read() } as usize));
+        }
+        Ok(buffers::around(&bufs, Access::Writes, raw))
+    })
+}
+
+/// `recvmsg(2)`.
+///
+/// # Safety
+/// As `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let raw = || unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) as ssize_t };
+    if !buffers::needed() {
+        return raw();
+    }
+    boundary(-1, raw, || {
+        // SAFETY: the caller's message header.
+        let bufs = unsafe { buffers::of_msghdr(msg) };
+        Ok(buffers::around(&bufs, Access::Writes, raw))
+    })
+}
+
+/// `recvmmsg(2)`.
+///
+/// # Safety
+/// As `recvmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    // SAFETY: forwarded as the caller gave it.
+    let raw =
+        || unsafe { libc::syscall(libc::SYS_recvmmsg, fd, msgs, vlen, flags, timeout) as ssize_t };
+    if !buffers::needed() {
+        return raw() as c_int;
+    }
+    boundary(
+        -1,
+        || raw() as c_int,
+        || {
+            // SAFETY: the caller's message headers.
+            let bufs = unsafe { buffers::of_mmsghdrs(msgs, vlen) };
+            Ok(buffers::around(&bufs, Access::Writes, raw) as c_int)
+        },
+    )
+}
+
+/// `send(2)`: `sendto` without an address.
+///
+/// # Safety
+/// As `send(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the same call.
+    unsafe { sendto(fd, buf, n, flags, std::ptr::null(), 0) }
+}
+
+/// `sendto(2)`.
+///
+/// # Safety
+/// As `sendto(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const libc::sockaddr,
+    addrlen: libc::socklen_t,
+) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let raw =
+        || unsafe { libc::syscall(libc::SYS_sendto, fd, buf, n, flags, addr, addrlen) as ssize_t };
+    if !buffers::needed() {
+        return raw();
+    }
+    boundary(-1, raw, || {
+        let bufs = [(buf as usize, n), (addr as usize, addrlen as usize)];
+        Ok(buffers::around(&bufs, Access::Reads, raw))
+    })
+}
+
+/// `sendmsg(2)`.
+///
+/// # Safety
+/// As `sendmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: forwarded as the caller gave it.
+    let raw = || unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as ssize_t };
+    if !buffers::needed() {
+        return raw();
+    }
+    boundary(-1, raw, || {
+        // SAFETY: the caller's message header.
+        let bufs = unsafe { buffers::of_msghdr(msg) };
+        Ok(buffers::around(&bufs, Access::Reads, raw))
+    })
+}
+
+/// `sendmmsg(2)`.
+///
+/// # Safety
+/// As `sendmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: forwarded as the caller gave it.
+    let raw = || unsafe { libc::syscall(libc::SYS_sendmmsg, fd, msgs, vlen, flags) as ssize_t };
+    if !buffers::needed() {
+        return raw() as c_int;
+    }
+    boundary(
+        -1,
+        || raw() as c_int,
+        || {
+            // SAFETY: the caller's message headers.
+            let bufs = unsafe { buffers::of_mmsghdrs(msgs, vlen) };
+            Ok(buffers::around(&bufs, Access::Reads, raw) as c_int)
+        },
+    )
 }
 
 /// Where a call that takes an optional offset pointer reads or writes.

@@ -187,6 +187,11 @@ impl Heap {
         })
     }
 
+    /// The region the heap's extents are carved from.
+    pub(crate) fn mapping(&self) -> &Mapping {
+        &self.mapping
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Extents> {
         self.extents.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -37,6 +37,7 @@
 // of use), so parts of it go unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod buffers;
 mod coherence;
 mod config;
 mod heap;

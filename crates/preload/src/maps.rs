@@ -194,6 +194,13 @@ impl Table {
         self.publish();
     }
 
+    /// The parts of visible segments within `range`.
+    pub(crate) fn visible_in(&self, range: &Range<usize>) -> Vec<Segment> {
+        let mut out = self.overlapping(range);
+        out.retain(|s| s.visible);
+        out
+    }
+
     /// The entries with a segment overlapping `range`.
     fn entries_in(&self, range: &Range<usize>) -> Vec<Arc<Entry>> {
         let mut entries: Vec<Arc<Entry>> = Vec::new();

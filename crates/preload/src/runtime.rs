@@ -70,6 +70,7 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
     match built {
         Ok(rt) => {
             start_logging();
+            crate::buffers::runtime_started(&rt);
             log::info!(
                 "runtime started: page size {} bytes, cache {} bytes",
                 rt.page_size(),

@@ -181,7 +181,12 @@ pub(crate) fn enter() -> Option<ShimGuard> {
     if IN_SHIM.with(|c| c.replace(true)) {
         return None;
     }
-    if is_umio_thread() {
+    // umio's own threads, and umio's in-thread fault handler on an
+    // application thread (its store reads call `pread`), never take the
+    // shim's path: they would wait on its locks, which a thread holding
+    // them may be waiting on umio to release (an unmap waits for every
+    // handler under way).
+    if is_umio_thread() || umio_core::in_fault_handler() {
         IN_SHIM.with(|c| c.set(false));
         return None;
     }

@@ -88,7 +88,9 @@ fn compile_with(name: &str, dir: &Path, libs: &[&str]) -> PathBuf {
 }
 
 /// Runs `program` with `args` and `env`, and no other `UMIO_*` or
-/// `LD_PRELOAD` variable; `preload` puts the shim in.
+/// `LD_PRELOAD` variable but `UMIO_FAULT_SERVICE` (so the suite runs in
+/// the mode the environment names, as CI's second test command does);
+/// `preload` puts the shim in.
 fn run(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Output {
     output_within(command(program, args, env, preload), program, HANG)
 }
@@ -97,7 +99,10 @@ fn run(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Ou
 fn command(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Command {
     let mut cmd = Command::new(program);
     for (k, _) in std::env::vars() {
-        if k.starts_with("UMIO_") || k.starts_with("UMAP_") || k == "LD_PRELOAD" {
+        if (k.starts_with("UMIO_") && k != "UMIO_FAULT_SERVICE")
+            || k.starts_with("UMAP_")
+            || k == "LD_PRELOAD"
+        {
             cmd.env_remove(k);
         }
     }
@@ -450,6 +455,56 @@ fn heap_mode_runs_arrays_larger_than_the_cache() {
     assert_eq!(stat(&out, "fell back"), 0);
     assert!(stat(&out, "MiB live") == 0);
     assert!(stat(&out, "evicted pages") > 0, "96 MiB of arrays in 8 MiB");
+}
+
+/// Mapped pages and heap allocations never touched, passed as the buffers
+/// of the write, read, vectored and socket calls, and a buffer larger than
+/// the cache: the calls work as with the kernel in both fault services
+/// (in the faulting thread, only because the shim faults the buffers in).
+#[test]
+fn system_calls_take_untouched_mapped_buffers_in_both_fault_services() {
+    let dir = scratch();
+    let exe = compile("syscall_buffers", dir.path());
+    let files = dir.path().join("data");
+    std::fs::create_dir(&files).unwrap();
+    let heap = dir.path().join("heap");
+    std::fs::create_dir(&heap).unwrap();
+    let files_arg = files.to_str().unwrap();
+    let kernel = run_within(120, &exe, &[files_arg, "16"], &[], false);
+    assert_ok(
+        &kernel,
+        "syscall_buffers under the kernel",
+        "syscall buffers ok",
+    );
+    let pattern = format!("{files_arg}/mapped.bin");
+    for service in ["fillers", "in-thread"] {
+        let out = run_within(
+            120,
+            &exe,
+            &[files_arg, "16"],
+            &[
+                ("UMIO_PRELOAD_PATHS", &pattern),
+                ("UMIO_CACHE_BYTES", "4M"),
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_HEAP_FILE", heap.to_str().unwrap()),
+                ("UMIO_HEAP_MIN_ALLOC", "1M"),
+                ("UMIO_STATS", "1"),
+                ("EXPECT_UMIO", "1"),
+            ],
+            true,
+        );
+        assert_ok(
+            &out,
+            &format!("syscall_buffers under the shim, {service}"),
+            "syscall buffers ok",
+        );
+        assert_eq!(stat(&out, "file mappings"), 5, "{service}");
+        assert!(stat(&out, "allocations") >= 2, "{service}: heap buffers");
+        assert!(
+            stat(&out, "evicted pages") > 0,
+            "{service}: 16 MiB through 4 MiB"
+        );
+    }
 }
 
 /// fio, if installed (Debian's package `fio`; CI's `.ci/run` installs

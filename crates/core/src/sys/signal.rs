@@ -181,6 +181,11 @@ impl ServiceStack {
         })
     }
 
+    /// Whether `addr` lies in the stack (or its guard page).
+    pub(crate) fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.base) < self.len
+    }
+
     /// The stack's top, 16-byte aligned.
     fn top(&self) -> usize {
         (self.base + self.len) & !15
