@@ -57,11 +57,21 @@ fn builder_rejects_bad_settings() {
         "cache smaller than 4 pages",
     );
     assert_invalid(Runtime::builder().cache_bytes(0).build(), "cache 0");
-    // The boundaries themselves are fine.
+    // The in-thread service reclaims clean pages only in its signal
+    // handler: it needs an evictor for the dirty ones.
+    assert_invalid(
+        Runtime::builder()
+            .fault_service(umio::FaultService::InThread)
+            .evictors(0)
+            .build(),
+        "in-thread service without an evictor",
+    );
+    // The boundaries themselves are fine (fillers: no evictor).
     let rt = Runtime::builder()
         .cache_bytes(4 * (64 << 10))
         .page_size(64 << 10)
         .fillers(1)
+        .fault_service(umio::FaultService::Fillers)
         .evictors(0)
         .watermarks(100, 100)
         .build()

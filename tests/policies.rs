@@ -22,11 +22,16 @@ use umio::{
 
 const PS: usize = 4096;
 
+/// A runtime with no evictor: its fillers reclaim before they resolve a
+/// miss, so nothing is evicted behind a test's back. Fillers, whatever
+/// `UMIO_FAULT_SERVICE` says: the in-thread service needs an evictor (a
+/// signal handler reclaims clean pages only) and refuses to start without.
 fn runtime_with(policy: PolicyKind, cache_pages: usize) -> Runtime {
     Runtime::builder()
         .cache_bytes((cache_pages * PS) as u64)
         .page_size(PS)
         .fillers(1)
+        .fault_service(umio::FaultService::Fillers)
         .evictors(0)
         .eviction(policy)
         .prefetch(PrefetchKind::None)
@@ -102,7 +107,8 @@ fn lost_writes(map: &Mapping, store: &MemoryStore, model: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn no_policy_drops_a_dirty_page_before_writing_it_back_or_overfills_the_cache() {
+fn no_policy_drops_a_dirty_page_before_writing_it_back_or_overfills_the_cache_of_fillers_reclaiming_without_an_evictor()
+ {
     let (pages, cache_pages) = (96, 16);
     for (seed, policy) in PolicyKind::ALL.into_iter().enumerate() {
         let rt = runtime_with(policy, cache_pages);
@@ -207,7 +213,8 @@ fn prefetch_ranges_fills_merged_ranges_in_batches_and_returns_at_once() {
 }
 
 #[test]
-fn stride_prefetch_fetches_ahead_of_a_strided_reader_forward_and_backward() {
+fn stride_prefetch_fetches_ahead_of_a_strided_reader_forward_and_backward_when_fillers_read_ahead()
+{
     let pages = 1024;
     let data = random_bytes(pages * PS, 9);
     for (kind, prefetched_at_least) in [
@@ -219,10 +226,14 @@ fn stride_prefetch_fetches_ahead_of_a_strided_reader_forward_and_backward() {
             100,
         ),
     ] {
+        // Fillers: in the faulting thread, read-ahead is queued to the
+        // prefetch threads, which a reader of a memory store outruns;
+        // whether they are ahead of it is then a matter of timing.
         let rt = Runtime::builder()
             .cache_bytes(512 * PS as u64)
             .page_size(PS)
             .fillers(1)
+            .fault_service(umio::FaultService::Fillers)
             .build()
             .unwrap();
         let map = rt

@@ -121,42 +121,6 @@ fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The environment variable `name` read by `parse` (given it trimmed):
-/// `None` if unset or empty, `InvalidArgument(bad)` if `parse` refuses it.
-fn env_parse<T>(
-    name: &str,
-    bad: &'static str,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> Result<Option<T>> {
-    match env_var(name) {
-        None => Ok(None),
-        Some(v) => parse(v.trim()).map(Some).ok_or(Error::InvalidArgument(bad)),
-    }
-}
-
-/// [`env_parse`] with the message "`NAME` `what`".
-macro_rules! env_parse {
-    ($name:literal, $what:literal, $parse:expr) => {
-        env_parse($name, concat!($name, " ", $what), $parse)
-    };
-}
-
-fn on_off(v: &str) -> Option<bool> {
-    match v {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
-fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
-    v.parse().ok()
-}
-
-fn parse_usize_size(v: &str) -> Option<usize> {
-    parse_size(v).and_then(|n| usize::try_from(n).ok())
-}
-
 impl Builder {
     /// Bound on the bytes of all regions' resident pages together. Default:
     /// a quarter of physical memory, at most 4 GiB.
@@ -195,7 +159,9 @@ impl Builder {
     }
 
     /// Background eviction threads (0: fillers evict for themselves when
-    /// the cache is full). Default 1.
+    /// the cache is full). Default 1. The in-thread fault service needs at
+    /// least one ([`FaultService::InThread`] with 0 is an error; `Auto`
+    /// takes the fillers): a signal handler reclaims clean pages only.
     pub fn evictors(mut self, n: usize) -> Self {
         self.evictors = n;
         self
@@ -330,119 +296,83 @@ impl Builder {
         self
     }
 
-    /// Overrides settings from the environment: `UMIO_CACHE_BYTES`,
-    /// `UMIO_HUGE_CACHE_BYTES`, `UMIO_PAGE_SIZE` (sizes accept K, M, G
-    /// suffixes), `UMIO_FILLERS`,
-    /// `UMIO_EVICTORS`, `UMIO_EVICT_HIGH_WATER`, `UMIO_EVICT_LOW_WATER`
-    /// (percent), `UMIO_EVICTION` (`fifo`, `clock`, `lru` or `2q`; see
-    /// [`PolicyKind`]), `UMIO_PREFETCH` (`none`, `sequential` or `stride`;
-    /// see [`PrefetchKind`]), `UMIO_READAHEAD` (largest prefetch window in
-    /// bytes, 0 for none),
-    /// `UMIO_FILLER_SPIN_US` (microseconds, or `auto`), `UMIO_PROMOTE` (`never`,
-    /// `always` or `sequential`; see [`PromoteKind`]), `UMIO_FAULT_SERVICE`
-    /// (`fillers`, `in-thread` or `auto`; see [`FaultService`]), `UMIO_UFFD_MODE`
-    /// (`auto`, `full` or `user`; see [`UffdMode`]), `UMIO_PAGE_CACHE`
-    /// (`1` or `0`; see [`Builder::page_cache`]). Unset or empty
-    /// variables leave the setting alone; a malformed one is an error.
-    pub fn from_env(mut self) -> Result<Self> {
-        if let Some(v) = env_var("UMIO_CACHE_BYTES") {
-            let bad = Error::InvalidArgument("UMIO_CACHE_BYTES is not a size, auto or auto:SHARE");
-            match v.trim().strip_prefix("auto") {
-                Some("") => self = self.cache_bytes_auto(DEFAULT_AUTO_SHARE),
-                Some(share) => {
-                    let share = share.strip_prefix(':').ok_or(bad.clone())?;
-                    self = self.cache_bytes_auto(share.trim().parse().map_err(|_| bad)?);
-                }
-                None => self = self.cache_bytes(parse_size(&v).ok_or(bad)?),
-            }
+    /// Overrides settings from the environment: every `UMIO_*` variable,
+    /// and UMap's `UMAP_*` names as aliases where the `UMIO_*` one is unset
+    /// (see [`EnvConfig`](crate::EnvConfig) for the table): the cache bound
+    /// (`UMIO_CACHE_BYTES`: a size, `auto` or `auto:SHARE`), the huge-page
+    /// pool, the page size, fillers, evictors, watermarks, fault events per
+    /// read, the eviction, prefetch and promotion policies, the read-ahead
+    /// window, filler polling, the fault service, the userfaultfd mode and
+    /// the kernel page cache. Sizes accept K, M, G suffixes. Unset or empty
+    /// variables leave the setting alone; a malformed one is an error. The
+    /// C library and the preload shim read the same variables the same way.
+    pub fn from_env(self) -> Result<Self> {
+        self.with_env(&crate::env::EnvConfig::from_process()?)
+    }
+
+    /// Applies what `env` sets.
+    pub fn with_env(mut self, env: &crate::env::EnvConfig) -> Result<Self> {
+        use crate::env::{EnvCache, EnvPrefetch};
+        if let Some(p) = env.page_size {
+            self.page_size = p;
         }
-        if let Some(b) = env_parse!("UMIO_HUGE_CACHE_BYTES", "is not a size", parse_size)? {
+        match env.cache {
+            Some(EnvCache::Auto(share)) => self = self.cache_bytes_auto(share),
+            Some(_) => {
+                if let Some(b) = env.cache_bytes(self.page_size)? {
+                    self = self.cache_bytes(b);
+                }
+            }
+            None => {}
+        }
+        if let Some(b) = env.huge_cache_bytes {
             self.huge_cache_bytes = Some(b);
         }
-        if let Some(on) = env_parse!("UMIO_PAGE_CACHE", "is not 0 or 1", on_off)? {
+        if let Some(on) = env.page_cache {
             self.page_cache = on;
         }
-        if let Some(b) = env_parse!("UMIO_PAGE_SIZE", "is not a size", parse_usize_size)? {
-            self.page_size = b;
-        }
-        if let Some(n) = env_parse!("UMIO_FILLERS", "is not a number", number)? {
+        if let Some(n) = env.fillers {
             self.fillers = n;
         }
-        if let Some(n) = env_parse!("UMIO_EVICTORS", "is not a number", number)? {
+        if let Some(n) = env.evictors {
             self.evictors = n;
         }
-        if let Some(p) = env_parse!("UMIO_EVICT_HIGH_WATER", "is not a percentage", number)? {
+        if let Some(p) = env.high_water {
             self.high_water = p;
         }
-        if let Some(p) = env_parse!("UMIO_EVICT_LOW_WATER", "is not a percentage", number)? {
+        if let Some(p) = env.low_water {
             self.low_water = p;
         }
-        let eviction = env_parse!(
-            "UMIO_EVICTION",
-            "must be fifo, clock, lru or 2q",
-            PolicyKind::from_name
-        );
-        if let Some(k) = eviction? {
+        if let Some(n) = env.max_fault_events {
+            self.max_fault_events = n;
+        }
+        if let Some(k) = env.eviction {
             self.policy = PolicySpec::Builtin(k);
         }
-        if let Some(v) = env_var("UMIO_FILLER_SPIN_US") {
-            self.filler_spin = if v.trim().eq_ignore_ascii_case("auto") {
-                None
-            } else {
-                let us: u64 = v.trim().parse().map_err(|_| {
-                    Error::InvalidArgument("UMIO_FILLER_SPIN_US is not a number or auto")
-                })?;
-                Some(Duration::from_micros(us))
-            };
+        if let Some(spin) = env.filler_spin {
+            self.filler_spin = spin;
         }
-        let kind = match env_var("UMIO_PREFETCH") {
-            None => None,
-            Some(v) => {
-                let v = v.trim().to_ascii_lowercase();
-                match v.as_str() {
-                    "none" | "sequential" | "stride" => Some(v),
-                    _ => {
-                        return Err(Error::InvalidArgument(
-                            "UMIO_PREFETCH must be none, sequential or stride",
-                        ));
-                    }
-                }
-            }
-        };
-        let window = env_parse!("UMIO_READAHEAD", "is not a size", parse_usize_size)?;
-        let promote = env_parse!(
-            "UMIO_PROMOTE",
-            "must be never, always or sequential",
-            PromoteKind::from_name
-        );
-        if let Some(k) = promote? {
+        if let Some(k) = env.promote {
             self.promote = k;
         }
-        let service = env_parse!(
-            "UMIO_FAULT_SERVICE",
-            "must be fillers, in-thread or auto",
-            FaultService::from_name
-        );
-        if let Some(s) = service? {
+        if let Some(s) = env.fault_service {
             self.fault_service = Some(s);
         }
-        let mode = env_parse!(
-            "UMIO_UFFD_MODE",
-            "must be auto, full or user",
-            UffdMode::from_name
-        );
-        if let Some(m) = mode? {
+        if let Some(m) = env.uffd_mode {
             self.uffd_mode = m;
         }
-        if kind.is_some() || window.is_some() {
+        let window = env.read_ahead_bytes(self.page_size)?;
+        if env.prefetch.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {
                 PrefetchKind::None => (false, 2 << 20),
                 PrefetchKind::Sequential { max_window } => (false, max_window),
                 PrefetchKind::Stride { max_window } => (true, max_window),
             };
             let max_window = window.unwrap_or(was_window);
-            let stride = kind.as_deref().map_or(was_stride, |k| k == "stride");
-            self.prefetch = if kind.as_deref() == Some("none") || max_window == 0 {
+            let stride = env
+                .prefetch
+                .map_or(was_stride, |k| k == EnvPrefetch::Stride);
+            self.prefetch = if env.prefetch == Some(EnvPrefetch::None) || max_window == 0 {
                 PrefetchKind::None
             } else if stride {
                 PrefetchKind::Stride { max_window }

@@ -8,6 +8,7 @@
 mod autosize;
 mod config;
 mod create;
+mod env;
 mod error;
 mod evict;
 mod fault;
@@ -42,6 +43,7 @@ pub use config::{
     Builder, DEFAULT_AUTO_SHARE, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
     default_fillers, parse_size,
 };
+pub use env::{EnvCache, EnvConfig, EnvPrefetch};
 pub use error::{Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};

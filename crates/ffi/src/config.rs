@@ -1,6 +1,8 @@
 //! The C library's runtime: one per process, built when the first region
 //! is mapped, from (in rising order of precedence) umio's defaults, the
-//! `UMAP_*` environment and the `umio_config_set_*` calls made before.
+//! environment (read by umio-core's one reader, `EnvConfig`: the `UMIO_*`
+//! variables, with UMap's `UMAP_*` names as aliases) and the
+//! `umio_config_set_*` calls made before.
 //!
 //! Every setting is passed to the builder explicitly, so what the getters
 //! report is what is in force by construction.
@@ -10,7 +12,10 @@ use std::sync::{Mutex, OnceLock};
 
 use log::LevelFilter;
 use umio_cache::PolicyKind;
-use umio_core::{FaultService, MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind, Runtime, UffdMode};
+use umio_core::{
+    EnvCache, EnvConfig, EnvPrefetch, FaultService, MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind,
+    PromoteKind, Runtime, UffdMode,
+};
 
 use crate::boundary::Errno;
 use crate::logging;
@@ -21,15 +26,6 @@ const DEFAULT_MAX_FAULT_EVENTS: u64 = 256;
 
 /// Largest read-ahead window by default: umio's default (2 MiB).
 const DEFAULT_READ_AHEAD: usize = 2 << 20;
-
-/// How big the cache is to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CacheSize {
-    /// In pages of the runtime's page size (`UMAP_BUFSIZE`).
-    Pages(u64),
-    /// In bytes (`umio_config_set_cache_bytes`).
-    Bytes(u64),
-}
 
 /// The runtime's eviction policy: a built-in one, or one written in C.
 #[derive(Clone)]
@@ -107,6 +103,14 @@ pub(crate) struct Settings {
     pub eviction: Eviction,
     /// Largest read-ahead window in bytes; 0 for none.
     pub read_ahead: usize,
+    /// The stride prefetcher rather than the sequential one
+    /// (`UMIO_PREFETCH=stride`).
+    pub stride: bool,
+    /// How long fillers poll before they sleep (`UMIO_FILLER_SPIN_US`);
+    /// `None` or `Some(None)`: umio's choice.
+    pub filler_spin: Option<Option<std::time::Duration>>,
+    /// Huge-page promotion (`UMIO_PROMOTE`).
+    pub promote: PromoteKind,
     pub max_fault_events: u64,
     pub log_level: Option<LevelFilter>,
     /// Full mode, user-mode-only, or full where allowed (`UMIO_UFFD_MODE`).
@@ -130,13 +134,22 @@ impl Settings {
             .fillers(self.fillers)
             .evictors(self.evictors)
             .watermarks(self.high_water, self.low_water)
-            .prefetch(prefetch_kind(self.read_ahead))
+            .prefetch(match prefetch_kind(self.read_ahead) {
+                PrefetchKind::Sequential { max_window } if self.stride => {
+                    PrefetchKind::Stride { max_window }
+                }
+                kind => kind,
+            })
+            .promote(self.promote)
             .max_fault_events(self.max_fault_events as usize)
             .uffd_mode(self.uffd_mode)
             .fault_service(self.fault_service)
             .page_cache(self.page_cache);
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
+        }
+        if let Some(Some(spin)) = self.filler_spin {
+            builder = builder.filler_spin(spin);
         }
         if self.huge_cache_bytes > 0 {
             builder = builder.huge_cache_bytes(self.huge_cache_bytes);
@@ -255,71 +268,56 @@ pub(crate) fn check_huge_cache_bytes(bytes: u64) -> Result<u64, Errno> {
 }
 
 fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
-    let small = |n: u64| usize::try_from(n).map_err(|_| Errno(libc::EINVAL));
-    let page_size = match o.page_size {
-        Some(p) => p,
-        None => match umap_number(env, "UMAP_PAGESIZE")? {
-            Some(p) => small(p)?,
-            None => 4 << 10,
-        },
-    };
+    // The one reader of the environment, core's: `UMIO_*` names first,
+    // UMap's `UMAP_*` as aliases in their units.
+    let e = EnvConfig::read(|name| env.get(name))?;
+    let page_size = o.page_size.or(e.page_size).unwrap_or(4 << 10);
     check_page_size(page_size)?;
-    let cache = match o.cache_bytes {
-        Some(b) => Some(CacheSize::Bytes(b)),
-        None => umap_number(env, "UMAP_BUFSIZE")?.map(CacheSize::Pages),
-    };
-    let cache_bytes = match cache {
-        None => umio_core::default_cache_bytes(),
-        Some(CacheSize::Bytes(b)) => b,
-        Some(CacheSize::Pages(n)) => n.checked_mul(page_size as u64).ok_or(Errno(libc::EINVAL))?,
+    let (cache_bytes, cache_auto) = match (o.cache_bytes, o.cache_auto, e.cache) {
+        (Some(b), _, _) => (b, o.cache_auto),
+        (None, Some(_), _) => (umio_core::default_cache_bytes(), o.cache_auto),
+        (None, None, Some(EnvCache::Auto(share))) => {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(Errno(libc::EINVAL));
+            }
+            let thousandths = (share * 1000.0).round().max(1.0) as u16;
+            (umio_core::default_cache_bytes(), Some(thousandths))
+        }
+        (None, None, _) => (
+            e.cache_bytes(page_size)?
+                .unwrap_or_else(umio_core::default_cache_bytes),
+            None,
+        ),
     };
     let huge_cache_bytes = match o.huge_cache_bytes {
         Some(b) => b,
-        None => check_huge_cache_bytes(env_number(env, "UMIO_HUGE_CACHE_BYTES")?.unwrap_or(0))?,
+        None => check_huge_cache_bytes(e.huge_cache_bytes.unwrap_or(0))?,
     };
-    let fillers = match o.fillers {
-        Some(n) => n,
-        None => match umap_number(env, "UMAP_PAGE_FILLERS")? {
-            Some(n) => small(n)?,
-            None => umio_core::default_fillers(),
-        },
-    };
-    let evictors = match o.evictors {
-        Some(n) => n,
-        None => match umap_number(env, "UMAP_PAGE_EVICTORS")? {
-            Some(n) => small(n)?,
-            None => 1,
-        },
-    };
+    let fillers = o
+        .fillers
+        .or(e.fillers)
+        .unwrap_or_else(umio_core::default_fillers);
+    let evictors = o.evictors.or(e.evictors).unwrap_or(1);
     let (high_water, low_water) = match o.watermarks {
         Some(w) => w,
-        None => {
-            let pct = |n: u64| u32::try_from(n).map_err(|_| Errno(libc::EINVAL));
-            let high = umap_number(env, "UMAP_EVICT_HIGH_WATER_THRESHOLD")?.map_or(Ok(90), pct)?;
-            let low = umap_number(env, "UMAP_EVICT_LOW_WATER_THRESHOLD")?.map_or(Ok(70), pct)?;
-            check_watermarks(high, low)?
-        }
+        None => check_watermarks(
+            e.high_water.map_or(90, u32::from),
+            e.low_water.map_or(70, u32::from),
+        )?,
     };
     let eviction = match &o.eviction {
-        Some(e) => e.clone(),
-        None => Eviction::Builtin(match var(env, "UMIO_EVICTION") {
-            Some(v) => parse_policy(&v).ok_or(Errno(libc::EINVAL))?,
-            None => PolicyKind::default(),
-        }),
+        Some(ev) => ev.clone(),
+        None => Eviction::Builtin(e.eviction.unwrap_or_default()),
     };
     let read_ahead = match o.read_ahead {
         Some(b) => b,
-        None => match env_number(env, "UMAP_READ_AHEAD")? {
-            Some(pages) => small(pages)?
-                .checked_mul(page_size)
-                .ok_or(Errno(libc::EINVAL))?,
-            None => DEFAULT_READ_AHEAD,
-        },
+        None if e.prefetch == Some(EnvPrefetch::None) => 0,
+        None => e.read_ahead_bytes(page_size)?.unwrap_or(DEFAULT_READ_AHEAD),
     };
     let max_fault_events = match o.max_fault_events {
         Some(n) => n.into(),
-        None => match umap_number(env, "UMAP_MAX_FAULT_EVENTS")? {
-            Some(n) => check_max_fault_events(n)?.into(),
+        None => match e.max_fault_events {
+            Some(n) => check_max_fault_events(n as u64)?.into(),
             None => DEFAULT_MAX_FAULT_EVENTS,
         },
     };
@@ -327,35 +325,13 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
         None => None,
     };
-    let uffd_mode = match o.uffd_mode {
-        Some(m) => m,
-        None => match var(env, "UMIO_UFFD_MODE") {
-            Some(v) => UffdMode::from_name(&v).ok_or(Errno(libc::EINVAL))?,
-            None => UffdMode::Auto,
-        },
-    };
-    let page_cache = match o.page_cache {
-        Some(on) => on,
-        None => match var(env, "UMIO_PAGE_CACHE").as_deref().map(str::trim) {
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") | None => false,
-            Some(_) => return Err(Errno(libc::EINVAL)),
-        },
-    };
-    let fault_service = match o.fault_service {
-        Some(s) => s,
-        None => match var(env, "UMIO_FAULT_SERVICE") {
-            Some(v) => FaultService::from_name(&v).ok_or(Errno(libc::EINVAL))?,
-            None => FaultService::default(),
-        },
-    };
     let monitor_freq = umap_number(env, "UMAP_MONITOR_FREQ")?.unwrap_or(0);
     Ok(Settings {
-        fault_service,
+        fault_service: o.fault_service.or(e.fault_service).unwrap_or_default(),
         monitor_freq,
         page_size,
         cache_bytes,
-        cache_auto: o.cache_auto,
+        cache_auto,
         huge_cache_bytes,
         fillers,
         evictors,
@@ -363,10 +339,13 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         low_water,
         eviction,
         read_ahead,
+        stride: e.prefetch == Some(EnvPrefetch::Stride),
+        filler_spin: e.filler_spin,
+        promote: e.promote.unwrap_or(PromoteKind::Never),
         max_fault_events,
         log_level,
-        uffd_mode,
-        page_cache,
+        uffd_mode: o.uffd_mode.or(e.uffd_mode).unwrap_or(UffdMode::Auto),
+        page_cache: o.page_cache.or(e.page_cache).unwrap_or(false),
     })
 }
 
@@ -660,10 +639,52 @@ mod tests {
             ("UMAP_PAGE_EVICTORS", "1.5"),
             ("UMAP_READ_AHEAD", "-4"),
             ("UMIO_HUGE_CACHE_BYTES", "4194304"),
-            ("UMIO_HUGE_CACHE_BYTES", "8M"),
+            ("UMIO_HUGE_CACHE_BYTES", "8Q"),
+            ("UMIO_CACHE_BYTES", "lots"),
+            ("UMIO_PAGE_SIZE", "1000"),
+            ("UMIO_FILLERS", "two"),
         ] {
             let r = resolve(&vars(&[(k, v)]), &Overrides::default());
             assert_eq!(r, Err(Errno(libc::EINVAL)), "{k}={v}");
         }
+    }
+
+    /// The C library reads the environment as the Rust builder does (one
+    /// reader, core's `EnvConfig`): `UMIO_*` names in their syntax, sizes
+    /// with suffixes, and they win over their `UMAP_*` aliases.
+    #[test]
+    fn umio_variables_are_read_as_rust_reads_them() {
+        let s = resolve(
+            &vars(&[
+                ("UMIO_HUGE_CACHE_BYTES", "8M"),
+                ("UMIO_CACHE_BYTES", "64M"),
+                ("UMAP_BUFSIZE", "100"),
+                ("UMIO_PAGE_SIZE", "16K"),
+                ("UMIO_FILLERS", "3"),
+                ("UMIO_READAHEAD", "256K"),
+                ("UMIO_PREFETCH", "stride"),
+                ("UMIO_MAX_FAULT_EVENTS", "32"),
+            ]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.huge_cache_bytes, 8 << 20);
+        assert_eq!(
+            s.cache_bytes,
+            64 << 20,
+            "UMIO_CACHE_BYTES over UMAP_BUFSIZE"
+        );
+        assert_eq!(s.page_size, 16 << 10);
+        assert_eq!(s.fillers, 3);
+        assert_eq!((s.read_ahead, s.stride), (256 << 10, true));
+        assert_eq!(s.max_fault_events, 32);
+        let auto = resolve(
+            &vars(&[("UMIO_CACHE_BYTES", "auto:0.25")]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(auto.cache_auto, Some(250));
+        let none = resolve(&vars(&[("UMIO_PREFETCH", "none")]), &Overrides::default()).unwrap();
+        assert_eq!(none.read_ahead, 0);
     }
 }
