@@ -58,14 +58,20 @@ fn builder_rejects_bad_settings() {
     );
     assert_invalid(Runtime::builder().cache_bytes(0).build(), "cache 0");
     // The in-thread service reclaims clean pages only in its signal
-    // handler: it needs an evictor for the dirty ones.
+    // handler: a writable mapping needs an evictor for the dirty ones.
+    let no_evictor = Runtime::builder()
+        .fault_service(umio::FaultService::InThread)
+        .evictors(0)
+        .build()
+        .unwrap();
+    let store = || Arc::new(MemoryStore::new(vec![0u8; 1 << 20]));
     assert_invalid(
-        Runtime::builder()
-            .fault_service(umio::FaultService::InThread)
-            .evictors(0)
-            .build(),
-        "in-thread service without an evictor",
+        no_evictor.map(MapOptions::new().store(store()).writable(true)),
+        "writable, in-thread, no evictor",
     );
+    no_evictor
+        .map(MapOptions::new().store(store()))
+        .expect("read-only needs no evictor");
     // The boundaries themselves are fine (fillers: no evictor).
     let rt = Runtime::builder()
         .cache_bytes(4 * (64 << 10))

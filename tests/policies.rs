@@ -24,8 +24,9 @@ const PS: usize = 4096;
 
 /// A runtime with no evictor: its fillers reclaim before they resolve a
 /// miss, so nothing is evicted behind a test's back. Fillers, whatever
-/// `UMIO_FAULT_SERVICE` says: the in-thread service needs an evictor (a
-/// signal handler reclaims clean pages only) and refuses to start without.
+/// `UMIO_FAULT_SERVICE` says: the in-thread service needs an evictor for
+/// writable mappings (a signal handler reclaims clean pages only) and
+/// refuses them without.
 fn runtime_with(policy: PolicyKind, cache_pages: usize) -> Runtime {
     Runtime::builder()
         .cache_bytes((cache_pages * PS) as u64)

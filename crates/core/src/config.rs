@@ -159,9 +159,10 @@ impl Builder {
     }
 
     /// Background eviction threads (0: fillers evict for themselves when
-    /// the cache is full). Default 1. The in-thread fault service needs at
-    /// least one ([`FaultService::InThread`] with 0 is an error; `Auto`
-    /// takes the fillers): a signal handler reclaims clean pages only.
+    /// the cache is full). Default 1. Writable mappings under the in-thread
+    /// fault service need at least one (mapping one without is an error;
+    /// `Auto` takes the fillers): a signal handler reclaims clean pages
+    /// only.
     pub fn evictors(mut self, n: usize) -> Self {
         self.evictors = n;
         self
@@ -453,6 +454,7 @@ impl Builder {
                 cache_auto: self.cache_auto,
                 promote: self.promote,
                 fillers: self.fillers,
+                evictors: self.evictors,
                 page_cache: self.page_cache,
                 fault_service,
             },
@@ -517,6 +519,8 @@ pub(crate) struct Config {
     pub promote: PromoteKind,
     /// Filler threads.
     pub fillers: usize,
+    /// Evictor threads.
+    pub evictors: usize,
     /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
     pub page_cache: bool,
     /// As asked: `Auto` is resolved when the runtime starts (see

@@ -71,6 +71,14 @@ impl Region {
         if shared.is_closed() {
             return Err(Error::ShutDown);
         }
+        if shared.in_thread() && opts.writable && shared.cfg().evictors == 0 {
+            // The handler reclaims clean pages only: dirty ones would
+            // wait for an evictor forever.
+            return Err(Error::InvalidArgument(
+                "a writable mapping under the in-thread fault service needs an evictor \
+                 (evictors(0) leaves dirty pages nobody can write back)",
+            ));
+        }
         if shared.in_thread() && crate::in_thread::caller_blocks_sigbus() {
             // The kernel would kill the thread on its first miss rather
             // than deliver a blocked SIGBUS.

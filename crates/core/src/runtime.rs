@@ -40,12 +40,6 @@ impl Builder {
                     "the in-thread fault service needs UFFD_FEATURE_SIGBUS (Linux 4.14)",
                 ));
             }
-            FaultService::InThread if settings.evictors == 0 => {
-                return Err(Error::InvalidArgument(
-                    "the in-thread fault service needs at least one evictor: a signal \
-                     handler reclaims clean pages only, and dirty ones wait for an evictor",
-                ));
-            }
             FaultService::InThread => true,
             FaultService::Auto => sigbus && user_mode_only && settings.evictors > 0,
         };
