@@ -259,7 +259,7 @@ struct umio_prefetch_ops {
   // fetch to out[0..n) and returns n (0: fetch nothing). Pages
   // already resident or being filled are skipped, ranges past the end
   // of the mapping are clipped, empty ranges and any beyond cap are
-  // ignored. When the cache is full, prefetch evicts older pages.
+  // ignored. Prefetch uses free cache only: it never evicts.
   size_t (*on_fault)(void *user, const struct umio_fault *fault, struct umio_page_range *out, size_t cap);
   // Called once when umio no longer needs user (see above). May be
   // NULL.
