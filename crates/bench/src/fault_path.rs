@@ -490,6 +490,15 @@ struct UffdioCopy {
     copy: i64,
 }
 
+// As the kernel's header lays it out and numbers the ioctls (x86_64 and
+// every asm-generic architecture).
+const _: () = {
+    assert!(size_of::<UffdioCopy>() == 40);
+    assert!(UFFDIO_API == 0xc018_aa3f);
+    assert!(UFFDIO_REGISTER == 0xc020_aa00);
+    assert!(UFFDIO_COPY == 0xc028_aa03);
+};
+
 /// What the handler thread records per fault.
 #[derive(Default)]
 struct FloorStamps {

@@ -5,6 +5,24 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::errno;
 
+// The ioctl numbers below use the asm-generic `_IOC` encoding (2 direction
+// bits at 30, 14 size bits at 16, `_IOC_WRITE` 1, `_IOC_READ` 2). Alpha,
+// MIPS, PowerPC and SPARC encode differently: refuse to build there rather
+// than send the kernel wrong numbers.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "riscv32",
+    target_arch = "s390x",
+    target_arch = "loongarch64",
+)))]
+compile_error!(
+    "umio's userfaultfd ioctl numbers use the asm-generic _IOC encoding, which this architecture does not"
+);
+
 const UFFD_API: u64 = 0xAA;
 const UFFDIO: u64 = 0xAA;
 
@@ -70,6 +88,24 @@ const UFFDIO_WAKE: libc::c_ulong = ioc(IOC_READ, 0x02, size_of::<UffdioRange>())
 const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, size_of::<UffdioCopy>());
 const UFFDIO_WRITEPROTECT: libc::c_ulong = ioc(IOWR, 0x06, size_of::<UffdioWriteprotect>());
 const UFFDIO_POISON: libc::c_ulong = ioc(IOWR, 0x08, size_of::<UffdioPoison>());
+// The structs as `include/uapi/linux/userfaultfd.h` lays them out, and
+// the ioctl numbers the kernel's headers give (`_IOWR(UFFDIO, ...)`).
+const _: () = {
+    assert!(size_of::<UffdioApi>() == 24);
+    assert!(size_of::<UffdioRange>() == 16);
+    assert!(size_of::<UffdioRegister>() == 32);
+    assert!(size_of::<UffdioCopy>() == 40);
+    assert!(size_of::<UffdioWriteprotect>() == 24);
+    assert!(size_of::<UffdioPoison>() == 32);
+    assert!(UFFDIO_API == 0xc018_aa3f);
+    assert!(UFFDIO_REGISTER == 0xc020_aa00);
+    assert!(UFFDIO_UNREGISTER == 0x8010_aa01);
+    assert!(UFFDIO_WAKE == 0x8010_aa02);
+    assert!(UFFDIO_COPY == 0xc028_aa03);
+    assert!(UFFDIO_WRITEPROTECT == 0xc018_aa06);
+    assert!(UFFDIO_POISON == 0xc020_aa08);
+    assert!(USERFAULTFD_IOC_NEW == 0xaa00);
+};
 /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = ioc(0, 0x00, 0);
 /// `userfaultfd(2)` flag: only faults raised in user mode are delivered.
