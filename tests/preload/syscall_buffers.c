@@ -38,6 +38,17 @@ static void expect(const char *what, const void *p, size_t off, size_t n, uint64
         }
 }
 
+/* The first `n` bytes of the file `fd` into `buf` with pread(2), taking
+ * short counts as a program must. */
+static void pread_all(int fd, void *buf, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)done);
+        CHECK(r > 0);
+        done += (size_t)r;
+    }
+}
+
 /* The kernel reads mapped pages nobody touched yet. */
 static void kernel_reads_mapped_pages(int fd) {
     const unsigned char *p = map(fd, PROT_READ, MAP_SHARED);
@@ -168,16 +179,11 @@ static void whole_mapping_as_one_buffer(int fd) {
     unsigned char *p = map(fd, PROT_READ | PROT_WRITE, MAP_PRIVATE);
     int big = open(src_path, O_RDONLY);
     CHECK(big >= 0);
-    size_t done = 0;
-    while (done < len) {
-        ssize_t r = pread(big, p + done, len - done, (off_t)done);
-        CHECK(r > 0);
-        done += (size_t)r;
-    }
+    pread_all(big, p, len);
     expect("one large read", p, 0, len, 2);
     int out = open(out_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
     CHECK(out >= 0);
-    done = 0;
+    size_t done = 0;
     while (done < len) {
         ssize_t r = write(out, p + done, len - done);
         CHECK(r > 0);
@@ -196,12 +202,7 @@ static void heap_buffers(void) {
     CHECK(a != NULL);
     int src = open(src_path, O_RDONLY);
     CHECK(src >= 0);
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(src, a + done, n - done, (off_t)done);
-        CHECK(r > 0);
-        done += (size_t)r;
-    }
+    pread_all(src, a, n);
     expect("read(2) into a large allocation", a, 0, n, 2);
     unsigned char *b = malloc(n); /* never touched */
     CHECK(b != NULL);

@@ -312,7 +312,7 @@ impl Builder {
     }
 
     /// Applies what `env` sets.
-    pub fn with_env(mut self, env: &crate::env::EnvConfig) -> Result<Self> {
+    fn with_env(mut self, env: &crate::env::EnvConfig) -> Result<Self> {
         use crate::env::{EnvCache, EnvPrefetch};
         if let Some(p) = env.page_size {
             self.page_size = p;

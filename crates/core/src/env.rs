@@ -39,6 +39,16 @@ use crate::huge::PromoteKind;
 use crate::in_thread::FaultService;
 use crate::kernel::UffdMode;
 
+/// A `UMAP_*` variable's name and the error of a malformed value.
+type Alias = (&'static str, &'static str);
+
+/// The [`Alias`] of a `UMAP_*` number.
+macro_rules! umap {
+    ($name:literal) => {
+        ($name, concat!($name, " is not a number"))
+    };
+}
+
 /// The cache bound as the environment gives it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum EnvCache {
@@ -115,7 +125,7 @@ impl EnvConfig {
         let r = Reader { get: &get };
         let cache = match r.var("UMIO_CACHE_BYTES") {
             Some(v) => Some(cache_bytes(&v)?),
-            None => r.umap_number("UMAP_BUFSIZE")?.map(EnvCache::Pages),
+            None => r.umap_number(umap!("UMAP_BUFSIZE"))?.map(EnvCache::Pages),
         };
         let prefetch = r.parse(
             "UMIO_PREFETCH",
@@ -141,10 +151,11 @@ impl EnvConfig {
             })?))),
         };
         Ok(EnvConfig {
-            page_size: r.size_or_umap(
+            page_size: r.or_umap(
                 "UMIO_PAGE_SIZE",
                 "UMIO_PAGE_SIZE is not a size",
-                "UMAP_PAGESIZE",
+                size,
+                umap!("UMAP_PAGESIZE"),
             )?,
             cache,
             huge_cache_bytes: r.parse(
@@ -152,30 +163,35 @@ impl EnvConfig {
                 "UMIO_HUGE_CACHE_BYTES is not a size",
                 parse_size,
             )?,
-            fillers: r.number_or_umap(
+            fillers: r.or_umap(
                 "UMIO_FILLERS",
                 "UMIO_FILLERS is not a number",
-                "UMAP_PAGE_FILLERS",
+                number,
+                umap!("UMAP_PAGE_FILLERS"),
             )?,
-            evictors: r.number_or_umap(
+            evictors: r.or_umap(
                 "UMIO_EVICTORS",
                 "UMIO_EVICTORS is not a number",
-                "UMAP_PAGE_EVICTORS",
+                number,
+                umap!("UMAP_PAGE_EVICTORS"),
             )?,
-            high_water: r.number_or_umap(
+            high_water: r.or_umap(
                 "UMIO_EVICT_HIGH_WATER",
                 "UMIO_EVICT_HIGH_WATER is not a percentage",
-                "UMAP_EVICT_HIGH_WATER_THRESHOLD",
+                number,
+                umap!("UMAP_EVICT_HIGH_WATER_THRESHOLD"),
             )?,
-            low_water: r.number_or_umap(
+            low_water: r.or_umap(
                 "UMIO_EVICT_LOW_WATER",
                 "UMIO_EVICT_LOW_WATER is not a percentage",
-                "UMAP_EVICT_LOW_WATER_THRESHOLD",
+                number,
+                umap!("UMAP_EVICT_LOW_WATER_THRESHOLD"),
             )?,
-            max_fault_events: r.number_or_umap(
+            max_fault_events: r.or_umap(
                 "UMIO_MAX_FAULT_EVENTS",
                 "UMIO_MAX_FAULT_EVENTS is not a number",
-                "UMAP_MAX_FAULT_EVENTS",
+                number,
+                umap!("UMAP_MAX_FAULT_EVENTS"),
             )?,
             read_ahead,
             read_ahead_pages,
@@ -255,52 +271,28 @@ impl Reader<'_> {
         }
     }
 
-    /// A `UMAP_*` number: unset, empty or 0 leave the default in force
-    /// (UMap's own rule).
+    /// A `UMAP_*` number (`alias`: its name and the error naming it):
+    /// unset, empty or 0 leave the default in force (UMap's own rule).
     fn umap_number<T: std::str::FromStr + Default + PartialEq>(
         &self,
-        name: &'static str,
+        (name, bad): Alias,
     ) -> Result<Option<T>> {
-        let n: Option<T> = self.parse(name, umap_bad(name), number)?;
+        let n: Option<T> = self.parse(name, bad, number)?;
         Ok(n.filter(|n| *n != T::default()))
     }
 
-    fn number_or_umap<T: std::str::FromStr + Default + PartialEq>(
+    /// `name` read by `parse`, else its `UMAP_*` alias.
+    fn or_umap<T: std::str::FromStr + Default + PartialEq>(
         &self,
         name: &str,
         bad: &'static str,
-        alias: &'static str,
+        parse: fn(&str) -> Option<T>,
+        alias: Alias,
     ) -> Result<Option<T>> {
-        match self.parse(name, bad, number)? {
+        match self.parse(name, bad, parse)? {
             Some(n) => Ok(Some(n)),
             None => self.umap_number(alias),
         }
-    }
-
-    fn size_or_umap(
-        &self,
-        name: &str,
-        bad: &'static str,
-        alias: &'static str,
-    ) -> Result<Option<usize>> {
-        match self.parse(name, bad, size)? {
-            Some(n) => Ok(Some(n)),
-            None => self.umap_number(alias),
-        }
-    }
-}
-
-/// The error of a malformed `UMAP_*` number, naming it.
-fn umap_bad(name: &'static str) -> &'static str {
-    match name {
-        "UMAP_BUFSIZE" => "UMAP_BUFSIZE is not a number",
-        "UMAP_PAGESIZE" => "UMAP_PAGESIZE is not a number",
-        "UMAP_PAGE_FILLERS" => "UMAP_PAGE_FILLERS is not a number",
-        "UMAP_PAGE_EVICTORS" => "UMAP_PAGE_EVICTORS is not a number",
-        "UMAP_EVICT_HIGH_WATER_THRESHOLD" => "UMAP_EVICT_HIGH_WATER_THRESHOLD is not a number",
-        "UMAP_EVICT_LOW_WATER_THRESHOLD" => "UMAP_EVICT_LOW_WATER_THRESHOLD is not a number",
-        "UMAP_MAX_FAULT_EVENTS" => "UMAP_MAX_FAULT_EVENTS is not a number",
-        _ => "a UMAP_* variable is not a number",
     }
 }
 

@@ -107,8 +107,8 @@ pub(crate) struct Settings {
     /// (`UMIO_PREFETCH=stride`).
     pub stride: bool,
     /// How long fillers poll before they sleep (`UMIO_FILLER_SPIN_US`);
-    /// `None` or `Some(None)`: umio's choice.
-    pub filler_spin: Option<Option<std::time::Duration>>,
+    /// `None`: umio's choice (unset or `auto`).
+    pub filler_spin: Option<std::time::Duration>,
     /// Huge-page promotion (`UMIO_PROMOTE`).
     pub promote: PromoteKind,
     pub max_fault_events: u64,
@@ -148,7 +148,7 @@ impl Settings {
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
         }
-        if let Some(Some(spin)) = self.filler_spin {
+        if let Some(spin) = self.filler_spin {
             builder = builder.filler_spin(spin);
         }
         if self.huge_cache_bytes > 0 {
@@ -340,7 +340,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         eviction,
         read_ahead,
         stride: e.prefetch == Some(EnvPrefetch::Stride),
-        filler_spin: e.filler_spin,
+        filler_spin: e.filler_spin.flatten(),
         promote: e.promote.unwrap_or(PromoteKind::Never),
         max_fault_events,
         log_level,

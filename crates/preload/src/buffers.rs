@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use libc::c_int;
 use umio_core::{FaultService, Mapping, Runtime};
 
-use crate::maps::{self, Entry};
+use crate::coherence;
+use crate::maps::{self, Entry, PAGE};
 use crate::{heap, sys};
 
 /// Whether the process's runtime leaves the kernel's accesses unserved.
@@ -45,8 +46,6 @@ static LIMIT: AtomicUsize = AtomicUsize::new(0);
 /// How many times a call is made while it fails with `EFAULT`, each time
 /// with a quarter of the bytes faulted in before (down to one page).
 const ATTEMPTS: usize = 8;
-
-const PAGE: usize = 4096;
 
 /// Records how `rt`, the process's runtime (just built), serves the
 /// kernel's accesses.
@@ -101,6 +100,7 @@ fn parts(bufs: &[(usize, usize)], access: Access, limit: usize) -> Vec<Part> {
     let mut out = Vec::new();
     let mut left = limit;
     let heap = heap::made();
+    let table = maps::any().then(maps::lock);
     for &(addr, len) in bufs {
         if len == 0 || left == 0 {
             continue;
@@ -110,8 +110,8 @@ fn parts(bufs: &[(usize, usize)], access: Access, limit: usize) -> Vec<Part> {
         };
         let range = addr..end;
         let mut found: Vec<(Owner, Range<usize>, bool)> = Vec::new();
-        if maps::any() {
-            for s in maps::lock().visible_in(&range) {
+        if let Some(table) = &table {
+            for s in table.visible_in(&range) {
                 let base = s.entry.mapping.as_ptr() as usize;
                 let write = access == Access::Writes && s.prot & libc::PROT_WRITE != 0;
                 let rel = s.range.start - base..s.range.end - base;
@@ -205,22 +205,10 @@ pub(crate) fn around_one(
             return if done > 0 { done as isize } else { r };
         }
         done += r as usize;
-        if done >= len || !is_file(fd) {
+        if done >= len || coherence::file_of(fd).is_none() {
             return done as isize;
         }
     }
-}
-
-/// Whether `fd` is a regular file or a block device.
-fn is_file(fd: c_int) -> bool {
-    // SAFETY: fstat writes the struct we pass; a bad descriptor fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
-        return false;
-    }
-    let fmt = st.st_mode & libc::S_IFMT;
-    fmt == libc::S_IFREG || fmt == libc::S_IFBLK
 }
 
 /// The buffers of an `iovec` array, as `(address, length)`.

@@ -31,7 +31,7 @@ use crate::runtime::Errno;
 
 /// The identity and size of the file open as `fd`, if it is a regular
 /// file or a block device (anything else is never mapped by umio).
-fn file_of(fd: c_int) -> Option<(FileId, u64)> {
+pub(crate) fn file_of(fd: c_int) -> Option<(FileId, u64)> {
     // SAFETY: fstat writes the struct we pass; a bad descriptor fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.

@@ -606,9 +606,22 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
     }
 }
 
-/// `recvfrom(2)`. The socket calls are interposed only for their buffers
-/// (`buffers.rs`): with the kernel's accesses to umio memory served, they
-/// go straight to it.
+/// A socket call, interposed only for its buffers (`buffers.rs`): `raw`
+/// goes to the kernel, after `bufs` (the call's buffers, worked out only
+/// when they must be faulted in) are faulted in for `access`. With the
+/// kernel's accesses to umio memory served, straight to it.
+fn socket_call(
+    access: Access,
+    bufs: impl FnOnce() -> Vec<(usize, usize)>,
+    raw: impl Fn() -> isize,
+) -> isize {
+    if !buffers::needed() {
+        return raw();
+    }
+    boundary(-1, &raw, || Ok(buffers::around(&bufs(), access, &raw)))
+}
+
+/// `recvfrom(2)`.
 ///
 /// # Safety
 /// As `recvfrom(2)`.
@@ -625,17 +638,15 @@ pub unsafe extern "C" fn recvfrom(
     let raw = || unsafe {
         libc::syscall(libc::SYS_recvfrom, fd, buf, n, flags, addr, addrlen) as ssize_t
     };
-    if !buffers::needed() {
-        return raw();
-    }
-    boundary(-1, raw, || {
+    let bufs = || {
         let mut bufs = vec![(buf as usize, n)];
         if !addr.is_null() && !addrlen.is_null() {
             // SAFETY: the caller's address length, as the kernel reads it.
             bufs.push((addr as usize, unsafe { addrlen.read() } as usize));
         }
-        Ok(buffers::around(&bufs, Access::Writes, raw))
-    })
+        bufs
+    };
+    socket_call(Access::Writes, bufs, raw)
 }
 
 /// `recvmsg(2)`.
@@ -646,14 +657,8 @@ pub unsafe extern "C" fn recvfrom(
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) as ssize_t };
-    if !buffers::needed() {
-        return raw();
-    }
-    boundary(-1, raw, || {
-        // SAFETY: the caller's message header.
-        let bufs = unsafe { buffers::of_msghdr(msg) };
-        Ok(buffers::around(&bufs, Access::Writes, raw))
-    })
+    // SAFETY: the caller's message header.
+    socket_call(Access::Writes, || unsafe { buffers::of_msghdr(msg) }, raw)
 }
 
 /// `recvmmsg(2)`.
@@ -671,18 +676,12 @@ pub unsafe extern "C" fn recvmmsg(
     // SAFETY: forwarded as the caller gave it.
     let raw =
         || unsafe { libc::syscall(libc::SYS_recvmmsg, fd, msgs, vlen, flags, timeout) as ssize_t };
-    if !buffers::needed() {
-        return raw() as c_int;
-    }
-    boundary(
-        -1,
-        || raw() as c_int,
-        || {
-            // SAFETY: the caller's message headers.
-            let bufs = unsafe { buffers::of_mmsghdrs(msgs, vlen) };
-            Ok(buffers::around(&bufs, Access::Writes, raw) as c_int)
-        },
-    )
+    // SAFETY: the caller's message headers.
+    socket_call(
+        Access::Writes,
+        || unsafe { buffers::of_mmsghdrs(msgs, vlen) },
+        raw,
+    ) as c_int
 }
 
 /// `send(2)`: `sendto` without an address.
@@ -711,13 +710,8 @@ pub unsafe extern "C" fn sendto(
     // SAFETY: forwarded as the caller gave it.
     let raw =
         || unsafe { libc::syscall(libc::SYS_sendto, fd, buf, n, flags, addr, addrlen) as ssize_t };
-    if !buffers::needed() {
-        return raw();
-    }
-    boundary(-1, raw, || {
-        let bufs = [(buf as usize, n), (addr as usize, addrlen as usize)];
-        Ok(buffers::around(&bufs, Access::Reads, raw))
-    })
+    let bufs = || vec![(buf as usize, n), (addr as usize, addrlen as usize)];
+    socket_call(Access::Reads, bufs, raw)
 }
 
 /// `sendmsg(2)`.
@@ -728,14 +722,8 @@ pub unsafe extern "C" fn sendto(
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as ssize_t };
-    if !buffers::needed() {
-        return raw();
-    }
-    boundary(-1, raw, || {
-        // SAFETY: the caller's message header.
-        let bufs = unsafe { buffers::of_msghdr(msg) };
-        Ok(buffers::around(&bufs, Access::Reads, raw))
-    })
+    // SAFETY: the caller's message header.
+    socket_call(Access::Reads, || unsafe { buffers::of_msghdr(msg) }, raw)
 }
 
 /// `sendmmsg(2)`.
@@ -751,18 +739,12 @@ pub unsafe extern "C" fn sendmmsg(
 ) -> c_int {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_sendmmsg, fd, msgs, vlen, flags) as ssize_t };
-    if !buffers::needed() {
-        return raw() as c_int;
-    }
-    boundary(
-        -1,
-        || raw() as c_int,
-        || {
-            // SAFETY: the caller's message headers.
-            let bufs = unsafe { buffers::of_mmsghdrs(msgs, vlen) };
-            Ok(buffers::around(&bufs, Access::Reads, raw) as c_int)
-        },
-    )
+    // SAFETY: the caller's message headers.
+    socket_call(
+        Access::Reads,
+        || unsafe { buffers::of_mmsghdrs(msgs, vlen) },
+        raw,
+    ) as c_int
 }
 
 /// Where a call that takes an optional offset pointer reads or writes.

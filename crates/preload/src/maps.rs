@@ -25,7 +25,7 @@ use crate::stores::{SharedFile, copy_on_write};
 use crate::sys;
 use umio_backends::CopyOnWrite;
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// One umio region made for an `mmap` call.
 pub(crate) struct Entry {
