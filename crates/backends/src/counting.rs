@@ -1,4 +1,7 @@
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use crate::{IoRequest, Store, StoreError};
 
@@ -22,6 +25,11 @@ pub struct StoreCounts {
 /// Wraps a store and counts what passes through it: how tests check that
 /// concurrent misses to one page read it once, or that a clean page is
 /// evicted without a write.
+///
+/// An operation is counted when the wrapped store returns from it, so a
+/// count that a test sees is a count of operations whose effects are in the
+/// store: a test that waits for `writes == 1` and then reads the store sees
+/// that write's bytes.
 #[derive(Debug, Default)]
 pub struct CountingStore<S> {
     inner: S,
@@ -50,12 +58,12 @@ impl<S: Store> CountingStore<S> {
     /// The counts so far.
     pub fn counts(&self) -> StoreCounts {
         StoreCounts {
-            reads: self.reads.load(Relaxed),
-            bytes_read: self.bytes_read.load(Relaxed),
-            writes: self.writes.load(Relaxed),
-            bytes_written: self.bytes_written.load(Relaxed),
-            syncs: self.syncs.load(Relaxed),
-            batches: self.batches.load(Relaxed),
+            reads: self.reads.load(Acquire),
+            bytes_read: self.bytes_read.load(Acquire),
+            writes: self.writes.load(Acquire),
+            bytes_written: self.bytes_written.load(Acquire),
+            syncs: self.syncs.load(Acquire),
+            batches: self.batches.load(Acquire),
         }
     }
 
@@ -73,19 +81,23 @@ impl<S: Store> Store for CountingStore<S> {
         self.inner.set_len(len)
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        self.reads.fetch_add(1, Relaxed);
-        let n = self.inner.read_at(offset, buf)?;
-        self.bytes_read.fetch_add(n as u64, Relaxed);
-        Ok(n)
+        let r = self.inner.read_at(offset, buf);
+        if let Ok(n) = r {
+            self.bytes_read.fetch_add(n as u64, Relaxed);
+        }
+        self.reads.fetch_add(1, Release);
+        r
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.writes.fetch_add(1, Relaxed);
+        let r = self.inner.write_at(offset, buf);
         self.bytes_written.fetch_add(buf.len() as u64, Relaxed);
-        self.inner.write_at(offset, buf)
+        self.writes.fetch_add(1, Release);
+        r
     }
     fn sync(&self) -> Result<(), StoreError> {
-        self.syncs.fetch_add(1, Relaxed);
-        self.inner.sync()
+        let r = self.inner.sync();
+        self.syncs.fetch_add(1, Release);
+        r
     }
     fn is_writable(&self) -> bool {
         self.inner.is_writable()
@@ -97,26 +109,23 @@ impl<S: Store> Store for CountingStore<S> {
         self.inner.name()
     }
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
-        self.batches.fetch_add(1, Relaxed);
-        let mut todo = Vec::with_capacity(batch.len());
-        for (i, req) in batch.iter().enumerate() {
-            if req.result().is_some() {
-                continue;
-            }
-            todo.push(i);
-            if req.is_write() {
-                self.writes.fetch_add(1, Relaxed);
-                self.bytes_written.fetch_add(req.len() as u64, Relaxed);
-            } else {
-                self.reads.fetch_add(1, Relaxed);
-            }
-        }
+        let todo: Vec<usize> = (0..batch.len())
+            .filter(|&i| batch[i].result().is_none())
+            .collect();
         self.inner.submit(batch);
         for i in todo {
-            if let (false, Some(Ok(n))) = (batch[i].is_write(), batch[i].result()) {
-                self.bytes_read.fetch_add(n as u64, Relaxed);
+            let req = &batch[i];
+            if req.is_write() {
+                self.bytes_written.fetch_add(req.len() as u64, Relaxed);
+                self.writes.fetch_add(1, Release);
+            } else {
+                if let Some(Ok(n)) = req.result() {
+                    self.bytes_read.fetch_add(n as u64, Relaxed);
+                }
+                self.reads.fetch_add(1, Release);
             }
         }
+        self.batches.fetch_add(1, Release);
     }
     fn queue_depth(&self) -> usize {
         self.inner.queue_depth()
