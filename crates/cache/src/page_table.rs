@@ -5,6 +5,7 @@ const BUSY: u8 = 0b0100;
 const REFERENCED: u8 = 0b1000;
 const WAITERS: u8 = 0b1_0000;
 const PINNED: u8 = 0b10_0000;
+const EVICTING: u8 = 0b100_0000;
 
 /// The stable states of a page of a region.
 ///
@@ -152,6 +153,39 @@ impl PageTable {
         }
     }
 
+    /// [`try_lock`](PageTable::try_lock) for an eviction: the page is also
+    /// marked as being evicted until [`unlock`](PageTable::unlock). A
+    /// policy's entry for such a page is stale (the page leaves, or the
+    /// evicting thread gives it back to the policy), so a policy that keeps
+    /// the entry would, once the page is filled again, hold two entries for
+    /// it: the old one would then evict the new page long before its turn.
+    #[inline]
+    pub fn try_lock_evicting(&self, page: usize, from: PageState) -> bool {
+        let cell = &self.states[page];
+        let mut v = cell.load(Ordering::Relaxed);
+        loop {
+            if v & (BUSY | KIND_MASK) != from as u8 {
+                return false;
+            }
+            match cell.compare_exchange_weak(
+                v,
+                v | BUSY | EVICTING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Whether a thread holds the page busy to evict it
+    /// ([`try_lock_evicting`](PageTable::try_lock_evicting)).
+    #[inline]
+    pub fn is_evicting(&self, page: usize) -> bool {
+        self.states[page].load(Ordering::Acquire) & EVICTING != 0
+    }
+
     /// Stores the new stable state of a page this thread holds busy.
     /// Returns whether a thread registered as a waiter meanwhile
     /// ([`add_waiter`](PageTable::add_waiter)): the caller must then wake
@@ -273,6 +307,30 @@ impl PageTable {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_eviction_lock_is_marked_until_unlock() {
+        let t = PageTable::new(2);
+        assert!(t.try_lock(0, PageState::Empty));
+        assert!(!t.unlock(0, PageState::Dirty));
+        t.mark_referenced(0);
+        assert!(
+            !t.try_lock_evicting(0, PageState::Clean),
+            "the page is dirty"
+        );
+        assert!(t.try_lock_evicting(0, PageState::Dirty));
+        assert!(t.is_evicting(0));
+        assert_eq!(t.get(0), Observed::Busy(PageState::Dirty));
+        assert!(!t.try_lock(0, PageState::Dirty), "busy");
+        assert!(!t.is_evicting(1));
+        assert!(!t.unlock(0, PageState::Empty));
+        assert!(!t.is_evicting(0), "unlock ends the eviction");
+        assert!(t.take_referenced(0), "and keeps the referenced bit");
+        assert_eq!(t.get(0), Observed::Stable(PageState::Empty));
+        // A plain lock is not an eviction.
+        assert!(t.try_lock(1, PageState::Empty));
+        assert!(!t.is_evicting(1));
+    }
 
     #[test]
     fn lock_unlock_cycle() {

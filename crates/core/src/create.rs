@@ -164,7 +164,7 @@ impl Region {
             None => opts
                 .prefetch
                 .unwrap_or(shared.cfg().prefetch)
-                .build(page_size),
+                .build(page_size, pool_limit),
         };
         // Regions whose pages tile 2 MiB ranges can be promoted.
         let promotable = !hugetlb && HUGE_PAGE_SIZE.is_multiple_of(page_size);

@@ -44,6 +44,17 @@ impl PageOracle for Oracle<'_> {
         if (r.huge_pool || pooled) != self.huge_pool {
             return None;
         }
+        // A page another thread is evicting is on its way to Empty (that
+        // thread gives it back to the policy if it stays): the entry is
+        // stale, and kept it would outlive the page and, once the page is
+        // filled again, evict it long before its turn.
+        if r.pages.is_evicting(i) {
+            return Some(PageProbe {
+                state: Observed::Busy(PageState::Empty),
+                referenced: false,
+                pinned: false,
+            });
+        }
         let referenced = clear_referenced && r.pages.take_referenced(i);
         Some(PageProbe {
             state: r.pages.get(i),
@@ -173,7 +184,7 @@ impl Shared {
                 let locked = states
                     .iter()
                     .copied()
-                    .find(|&s| region.pages.try_lock(p, s));
+                    .find(|&s| region.pages.try_lock_evicting(p, s));
                 match locked {
                     // Pinned after the policy picked it: leave it be (unpin
                     // hands it back to the policy).
@@ -186,8 +197,12 @@ impl Shared {
                     // Changed state since the policy probed it (a write
                     // un-protecting it, a flush): if still resident it
                     // must stay tracked, or its space is lost to eviction.
+                    // Not if another thread is evicting it: that thread
+                    // gives it back if it stays, and a second entry would
+                    // outlive the page.
                     None => {
                         if !region.pages.is_pinned(p)
+                            && !region.pages.is_evicting(p)
                             && !matches!(
                                 region.pages.get(p),
                                 Observed::Stable(PageState::Empty)
@@ -245,7 +260,7 @@ impl Shared {
                 }
                 let s = [PageState::Clean, PageState::Dirty]
                     .into_iter()
-                    .find(|&s| region.pages.try_lock(q, s));
+                    .find(|&s| region.pages.try_lock_evicting(q, s));
                 match s {
                     Some(s) if region.pages.is_pinned(q) => {
                         whole = false;

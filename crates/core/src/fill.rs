@@ -1,5 +1,5 @@
 //! Filling pages: a miss (`fill_fault`), read-ahead after a fault
-//! (`prefetch_after`) and batches of ranges (`fill_ranges`, behind
+//! (`prefetch_after`, here or queued on the prefetch threads) and batches of ranges (`fill_ranges`, behind
 //! prefetch, pin and promotion); the cache reservation they make first,
 //! with direct reclaim when the cache is full (`reserve`); installing the
 //! bytes (`UFFDIO_COPY`, `install`) or, when a read fails, poisoning the
@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 use umio_backends::{IoRequest, StoreError};
-use umio_cache::PageState;
+use umio_cache::{Observed, PageState};
 
-use crate::prefetch::{Fault, FaultKind};
+use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
@@ -30,6 +30,11 @@ const MAX_FILL_RUN: usize = 2 << 20;
 const MAX_FILL_BATCH: usize = 8 << 20;
 /// Most runs in one batch of store requests, whatever the store's depth.
 pub(crate) const MAX_BATCH_RUNS: usize = 64;
+/// Largest prefetch a filler reads itself after a fault; larger ones (a
+/// read-ahead stream's grown windows) go to the prefetch threads, so that
+/// the windows of several streams are read side by side while the fillers
+/// serve faults. Below this a hand-off costs more than the read.
+const MAX_INLINE_PREFETCH: usize = 64 << 10;
 /// How long a miss waits for cache space before it fails with SIGBUS.
 const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -118,6 +123,12 @@ impl Shared {
         } else {
             self.counters().read_misses.fetch_add(1, Relaxed);
         }
+        // A miss is a use of the page (a prefetched page has had none): a
+        // second-chance policy keeps it once more, time the woken thread
+        // needs to get a CPU and make its access before an evictor can
+        // take the page (a write miss taken first would be written back
+        // without the write, then faulted in and written again).
+        region.pages.mark_referenced(page);
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(
             page,
@@ -167,9 +178,15 @@ impl Shared {
     }
 
     /// Shows a resolved fault to the region's prefetcher and fills what it
-    /// asks for, on this filler, after the faulting thread was woken (or,
-    /// for a coalesced fault, while it waits for another thread's fill).
-    /// Uses free cache only.
+    /// asks for, after the faulting thread was woken (or, for a coalesced
+    /// fault, while it waits for another thread's fill): on this filler,
+    /// from free cache, when it is small ([`MAX_INLINE_PREFETCH`]), one of
+    /// the region's store slots is free and the cache has room (no
+    /// hand-off: the lowest latency); otherwise on the `umio-prefetch`
+    /// threads, which evict older pages to make room if they must (a scan
+    /// larger than the cache keeps its read-ahead) while this filler goes
+    /// back to fault events. Either way the reads are in flight while the
+    /// application consumes what it has.
     pub(crate) fn prefetch_after(
         &self,
         w: &mut Scratch,
@@ -215,21 +232,46 @@ impl Shared {
             w.fetch = fetch;
             return;
         }
+        let pages = region.pages.len();
         let mut ranges = std::mem::take(&mut w.fetch_pages);
         ranges.clear();
         ranges.extend(
             fetch
                 .as_slice()
                 .iter()
-                .map(|r| r.start as usize..r.end as usize),
+                .map(|r| r.start.min(pages as u64) as usize..r.end.min(pages as u64) as usize)
+                .filter(|r| !r.is_empty()),
         );
-        ranges.sort_unstable_by_key(|r| r.start);
-        if !ranges.is_empty() {
-            self.fill_ranges_in_slot(w, region, &ranges);
-        }
-        w.fetch_pages = ranges;
         fetch.clear();
         w.fetch = fetch;
+        // Only pages neither resident nor in flight: a window asked for
+        // again costs nothing.
+        ranges.retain(|r| {
+            r.clone()
+                .any(|p| matches!(region.pages.get(p), Observed::Stable(PageState::Empty)))
+        });
+        if !ranges.is_empty() {
+            ranges.sort_unstable_by_key(|r| r.start);
+            let bytes: usize = ranges.iter().map(|r| r.len() * region.page_size).sum();
+            let budget = self.budget_of(region);
+            let small = bytes <= MAX_INLINE_PREFETCH;
+            let room = budget.used() + bytes as u64 <= budget.limit();
+            if !(small && room && self.fill_ranges_in_slot(w, region, &ranges)) {
+                self.queue_readahead(region, ranges.clone());
+            }
+        }
+        w.fetch_pages = ranges;
+    }
+
+    /// Queues read-ahead on the prefetch threads, which evict older pages
+    /// to make room for it if they must.
+    fn queue_readahead(&self, region: &Arc<Region>, pages: Vec<Range<usize>>) {
+        self.jobs().push(PrefetchJob {
+            region: region.clone(),
+            pages,
+            fetch: FetchList::new(),
+            promote: None,
+        });
     }
 
     /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
@@ -615,24 +657,26 @@ impl Shared {
         self.leave_store(w, region);
     }
 
-    /// Runs read-ahead after a fault in one of the region's store slots, or
-    /// skips it when none is free (the region's store is slow or hung).
-    pub(crate) fn fill_ranges_in_slot(
+    /// Runs read-ahead after a fault in one of the region's store slots,
+    /// from free cache only; returns false, having done nothing, when no
+    /// slot is free (the region's store is busy or hung).
+    fn fill_ranges_in_slot(
         &self,
         w: &mut Scratch,
         region: &Arc<Region>,
         ranges: &[std::ops::Range<usize>],
-    ) {
+    ) -> bool {
         if w.in_store {
             self.fill_ranges(w, region, ranges, false);
-            return;
+            return true;
         }
         if !region.store_slots.try_enter(self.store_slot_limit()) {
-            return;
+            return false;
         }
         w.in_store = true;
         self.fill_ranges(w, region, ranges, false);
         self.leave_store(w, region);
+        true
     }
 
     /// Serves the fills queued on the region, then gives the slot back.

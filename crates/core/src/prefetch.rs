@@ -2,10 +2,14 @@
 //!
 //! A filler shows the region's [`Prefetcher`] each fault it has resolved
 //! (a miss once the page is installed and the faulting thread woken), then
-//! fills the returned ranges itself, in one store read and one
-//! `UFFDIO_COPY` per run of missing pages: prefetch costs no thread
-//! hand-off and is off the faulting thread's critical path. Built-ins:
-//! [`ReadAhead`] (adaptive sequential window) and [`Stride`].
+//! fills the returned ranges, in one store read and one `UFFDIO_COPY` per
+//! run of missing pages, the runs' reads in flight together: itself when
+//! they are small (64 KiB), one of the region's store slots is free and
+//! the cache has room, else through the `umio-prefetch` threads (which merge the ranges queued
+//! meanwhile, from every stream, into one batch, and evict older pages
+//! for room if they must). Prefetch is off the faulting thread's critical
+//! path either way. Built-ins: [`ReadAhead`] (adaptive sequential windows, several
+//! streams per region, pipelined) and [`Stride`].
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -172,18 +176,23 @@ impl FetchList {
 /// Decides, on each fault, which pages of the region to fetch ahead.
 ///
 /// A filler shows the prefetcher every fault once it has resolved it
-/// ([`on_fault`](Prefetcher::on_fault)) and then fills the ranges asked
-/// for itself, after waking the faulting thread: prefetch runs off the
-/// faulting thread's critical path and costs no thread hand-off. Pages
-/// already resident or being filled are skipped, pages past the region's
-/// end are ignored, and prefetch never evicts to make room: it uses free
-/// cache only.
+/// ([`on_fault`](Prefetcher::on_fault)) and then, after waking the
+/// faulting thread, fills the ranges asked for, itself or through the
+/// `umio-prefetch` threads (ranges over 64 KiB, or when the region's store
+/// slots are taken or the cache is full): prefetch runs off the faulting thread's critical path,
+/// and a thread that faults on a page being prefetched waits for that
+/// page's read. Pages already resident or being filled are skipped, pages
+/// past the region's end are ignored, and when the cache is full the
+/// prefetch threads evict older pages to make room, as for
+/// [`Advice::WillNeed`] (a scan larger than the cache keeps its
+/// read-ahead). The decision may be asked for from any thread.
 ///
 /// Implement [`on_miss`](Prefetcher::on_miss) to see misses only (the
 /// default `on_fault` calls it on each miss), or `on_fault` to see every
 /// fault. Built-in policies get one instance per region; an instance given
 /// with `MapOptions::prefetcher` serves the regions it is given to.
-/// Called from fillers concurrently, so keep state in atomics.
+/// Called from several threads concurrently, so keep state in atomics (or
+/// behind a lock held briefly).
 ///
 /// ```
 /// use umio_core::{Fault, FaultKind, FetchList, Prefetcher};
@@ -221,10 +230,14 @@ pub trait Prefetcher: Send + Sync + 'static {
 pub enum PrefetchKind {
     /// No read-ahead; [`Advice::Sequential`] still reads ahead.
     None,
-    /// Sequential read-ahead with an adaptive window: it doubles while
-    /// misses follow one another and collapses on a random miss.
+    /// Sequential read-ahead ([`ReadAhead`]): up to 8 streams per region,
+    /// each with a window that starts at 4 pages and doubles with each
+    /// window the stream consumes, the next window read while the
+    /// application consumes this one.
     Sequential {
-        /// Largest window, in bytes.
+        /// Largest window, in bytes. A window is also at most a sixteenth
+        /// of the cache (as it is when the region is mapped): more would
+        /// evict its own pages before they are read.
         max_window: usize,
     },
     /// Stride detection ([`Stride`]): after two misses the same number of
@@ -234,6 +247,7 @@ pub enum PrefetchKind {
         /// Largest window, in bytes: how far ahead a stride of one page
         /// (a sequential scan, either direction) reads. Larger strides
         /// fetch up to 16 pages ahead, within this window's page count.
+        /// Also at most a sixteenth of the cache, as for `Sequential`.
         max_window: usize,
     },
 }
@@ -246,37 +260,222 @@ impl Default for PrefetchKind {
     }
 }
 
+/// A read-ahead window is at most this fraction of the cache (of the pool
+/// the region's pages count against), whatever the policy's setting: a
+/// region's 8 streams with two windows each in flight then fill at most the
+/// cache, and a window never evicts the page whose fault asked for it (or
+/// the window before it) before the application has used it. A window
+/// larger than the cache would read pages only to evict them unread, and
+/// evict dirty pages the application just wrote, to write them twice.
+pub(crate) const WINDOW_CACHE_FRACTION: u64 = 16;
+
 impl PrefetchKind {
-    pub(crate) fn build(self, page_size: usize) -> std::sync::Arc<dyn Prefetcher> {
+    /// The region's prefetcher, its windows clipped to
+    /// `cache_bytes / WINDOW_CACHE_FRACTION` (at least one page).
+    pub(crate) fn build(
+        self,
+        page_size: usize,
+        cache_bytes: u64,
+    ) -> std::sync::Arc<dyn Prefetcher> {
+        let clip = |window: usize| {
+            let most = usize::try_from(cache_bytes / WINDOW_CACHE_FRACTION).unwrap_or(usize::MAX);
+            window.min(most.max(page_size))
+        };
         match self {
-            PrefetchKind::None => std::sync::Arc::new(ReadAhead::new(0, page_size, 2 << 20)),
+            PrefetchKind::None => std::sync::Arc::new(ReadAhead::new(0, page_size, clip(2 << 20))),
             PrefetchKind::Sequential { max_window } => std::sync::Arc::new(ReadAhead::new(
-                max_window,
+                clip(max_window),
                 page_size,
-                max_window.max(2 << 20),
+                clip(max_window.max(2 << 20)),
             )),
             PrefetchKind::Stride { max_window } => {
-                std::sync::Arc::new(Stride::new(max_window, page_size))
+                std::sync::Arc::new(Stride::new(clip(max_window), page_size))
             }
         }
     }
 }
 
-/// Adaptive sequential read-ahead.
+/// Adaptive sequential read-ahead, several streams per region.
 ///
-/// State is two atomics: the page a sequential stream would miss next, and
-/// the current window. Races between fillers only make the guess less
-/// precise, never wrong: the fill path checks every page's state.
+/// A small table of streams ([`ReadAhead::STREAMS`] of them, least
+/// recently used replaced) follows sequential access wherever it happens in
+/// the region: two threads scanning two halves, or one thread reading two
+/// files' worth of records side by side, each get a stream of their own. A
+/// fault belongs to the stream whose last page it follows most closely (at
+/// or after that page, at most [`ReadAhead::NEAR`] pages past what the
+/// stream asked for); a miss that belongs to none starts a new stream,
+/// which reads nothing ahead yet.
+///
+/// Each stream asks for windows of pages ahead of its thread, pipelined the
+/// way Linux's read-ahead is (its `PG_readahead` mark): the first page of
+/// the last window asked for is the *trigger*, and a fault at or just
+/// before it (the thread reached the last window while its read is still
+/// in flight, or is about to) asks for the next window, so that the next
+/// read is in flight while the thread consumes this one. The first window
+/// is small (4 pages); each further one doubles, up to the largest window.
+/// A miss on a page of a window the stream asked for before its last one
+/// (read ahead, then evicted before use, or a read-ahead dropped for want
+/// of cache space) halves the window and asks for the rest of that window
+/// again. [`Advice::Sequential`] makes every window the advised size from
+/// the first miss on; [`Advice::Random`] reads nothing ahead and leaves
+/// the streams alone.
+///
+/// The decision is a function of the table and the fault alone, callable
+/// from any thread: the table sits behind a mutex held for a few
+/// comparisons. The fill path checks every page's state, so a window asked
+/// for twice is read once.
+///
+/// ```
+/// use umio_core::{Advice, Fault, FaultKind, FetchList, Prefetcher, ReadAhead};
+/// let ra = ReadAhead::new(2 << 20, 4096, 2 << 20);
+/// let mut fetch = FetchList::new();
+/// let mut fault = |page| {
+///     fetch.clear();
+///     let f = Fault { page, pages: 10_000, offset: page as usize * 4096, write: false,
+///                     thread: 0, kind: FaultKind::Miss, advice: Advice::Normal };
+///     ra.on_fault(&f, &mut fetch);
+///     fetch.as_slice().to_vec()
+/// };
+/// // Two threads' scans, interleaved: each gets its own stream.
+/// assert!(fault(0).is_empty());
+/// assert!(fault(5000).is_empty());
+/// assert_eq!(fault(1), [2..6]);
+/// assert_eq!(fault(5001), [5002..5006]);
+/// ```
 #[derive(Debug)]
 pub struct ReadAhead {
     max_pages: u64,
     advised_pages: u64,
-    next: AtomicU64,
-    window: AtomicU64,
+    table: std::sync::Mutex<Streams>,
+}
+
+/// One sequential stream of a [`ReadAhead`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Stream {
+    /// Whether the slot holds a stream.
+    live: bool,
+    /// The furthest page the stream's thread faulted on.
+    last: u64,
+    /// End (exclusive) of the pages asked for.
+    ahead: u64,
+    /// First page of the last window asked for: reaching it asks for the
+    /// next window.
+    trigger: u64,
+    /// Size of the last window asked for, in pages (0: none yet).
+    window: u64,
+    /// When the stream last took a fault (the table's clock), for LRU.
+    used: u64,
+}
+
+/// The stream table of a [`ReadAhead`].
+#[derive(Debug, Default)]
+struct Streams {
+    slots: [Stream; ReadAhead::STREAMS],
+    clock: u64,
+}
+
+impl Streams {
+    /// The stream `page` belongs to: the one whose last page it follows
+    /// most closely, within what the stream asked for and
+    /// [`ReadAhead::NEAR`] pages beyond.
+    fn find(&self, page: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.live
+                    && page >= s.last
+                    && page <= s.ahead.max(s.last + 1).saturating_add(ReadAhead::NEAR)
+            })
+            .min_by_key(|(_, s)| page - s.last)
+            .map(|(i, _)| i)
+    }
+
+    /// A slot for a new stream: a free one, else the least recently used.
+    fn victim(&self) -> usize {
+        self.slots
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| (s.live, s.used))
+            .map_or(0, |(i, _)| i)
+    }
+
+    /// What to read ahead after `fault`, given the largest window `cap`
+    /// (pages) and whether the advice asks for it whole at once.
+    fn decide(&mut self, fault: &Fault, cap: u64, advised: bool, fetch: &mut FetchList) {
+        let p = fault.page;
+        self.clock += 1;
+        let clock = self.clock;
+        let i = match self.find(p) {
+            Some(i) => i,
+            // A thread waiting for another's fill starts nothing.
+            None if fault.kind != FaultKind::Miss => return,
+            None => {
+                let i = self.victim();
+                self.slots[i] = Stream {
+                    live: true,
+                    last: p,
+                    ahead: p + 1,
+                    trigger: p + 1,
+                    window: 0,
+                    used: clock,
+                };
+                if !advised {
+                    // No evidence of a stream yet.
+                    return;
+                }
+                i
+            }
+        };
+        let s = &mut self.slots[i];
+        s.used = clock;
+        if fault.kind == FaultKind::Miss && p > s.last && p < s.trigger {
+            // A page of a window asked for before the last one, not there:
+            // evicted before use, or a read-ahead dropped for want of
+            // cache space. Smaller windows from now on, and the rest of
+            // this one again.
+            s.window = (s.window / 2).max(1);
+            fetch.push(p + 1..s.trigger);
+        }
+        s.last = s.last.max(p);
+        // Reaching the last window (or about to) asks for the next; a
+        // stream with no window yet asks for one only, and a second once
+        // it has one (start small).
+        for _ in 0..2 {
+            if s.trigger > p + 1 || s.ahead >= fault.pages {
+                break;
+            }
+            let first = s.window == 0;
+            let start = s.ahead.max(p + 1);
+            let w = if advised {
+                cap
+            } else if first {
+                ReadAhead::FIRST_WINDOW.min(cap)
+            } else {
+                (s.window * 2).min(cap)
+            };
+            let end = start.saturating_add(w).min(fault.pages);
+            if !fetch.push(start..end) {
+                break;
+            }
+            s.trigger = start;
+            s.ahead = end;
+            s.window = w;
+            if first {
+                break;
+            }
+        }
+    }
 }
 
 impl ReadAhead {
-    const FIRST_WINDOW: u64 = 4;
+    /// The first window of a stream, in pages.
+    pub const FIRST_WINDOW: u64 = 4;
+    /// Streams followed at once per region.
+    pub const STREAMS: usize = 8;
+    /// How many pages past what a stream asked for a fault may land and
+    /// still belong to it (a thread that skips a few pages).
+    pub const NEAR: u64 = 8;
 
     /// Read-ahead up to `max_window` bytes on its own, up to
     /// `advised_window` bytes where [`Advice::Sequential`] is in force.
@@ -284,37 +483,51 @@ impl ReadAhead {
         ReadAhead {
             max_pages: (max_window / page_size) as u64,
             advised_pages: ((advised_window / page_size) as u64).max(1),
-            next: AtomicU64::new(u64::MAX),
-            window: AtomicU64::new(0),
+            table: std::sync::Mutex::new(Streams::default()),
         }
     }
 }
 
 impl Prefetcher for ReadAhead {
+    /// The pages [`on_fault`](Prefetcher::on_fault) asks for after `miss`,
+    /// as one range: the first run of consecutive pages asked for.
     fn on_miss(&self, miss: &Miss) -> Range<u64> {
-        let start = miss.page + 1;
-        let window = match miss.advice {
-            Advice::Random => 0,
-            Advice::Sequential => self.advised_pages,
-            _ if self.max_pages == 0 => 0,
-            _ => {
-                let expected = self.next.load(Relaxed);
-                // Sequential if this miss is where the last stream stopped,
-                // or right after the last miss with no read-ahead yet.
-                if miss.page == expected {
-                    let w = self.window.load(Relaxed);
-                    // A window smaller than the first step (large pages)
-                    // is used whole.
-                    (w * 2).max(Self::FIRST_WINDOW).min(self.max_pages)
-                } else {
-                    0
-                }
-            }
+        let mut fetch = FetchList::new();
+        let fault = Fault {
+            page: miss.page,
+            pages: miss.pages,
+            offset: 0,
+            write: miss.write,
+            kind: FaultKind::Miss,
+            advice: miss.advice,
+            thread: 0,
         };
-        self.window.store(window, Relaxed);
-        let end = start.saturating_add(window).min(miss.pages);
-        self.next.store(end.max(start), Relaxed);
-        start.min(end)..end
+        self.on_fault(&fault, &mut fetch);
+        let mut out: Option<Range<u64>> = None;
+        for r in fetch.as_slice() {
+            match &mut out {
+                None => out = Some(r.clone()),
+                Some(o) if o.end == r.start => o.end = r.end,
+                Some(_) => break,
+            }
+        }
+        out.unwrap_or(0..0)
+    }
+
+    fn on_fault(&self, fault: &Fault, fetch: &mut FetchList) {
+        if !matches!(fault.kind, FaultKind::Miss | FaultKind::Coalesced) {
+            return;
+        }
+        let (cap, advised) = match fault.advice {
+            Advice::Random => return,
+            Advice::Sequential => (self.advised_pages, true),
+            _ if self.max_pages == 0 => return,
+            _ => (self.max_pages, false),
+        };
+        // A panic while the table was held leaves it consistent enough:
+        // every stream field is a hint.
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.decide(fault, cap, advised, fetch);
     }
 }
 
@@ -456,53 +669,245 @@ mod tests {
         }
     }
 
+    /// What `ra` asks for after a fault of `kind` at `page` (1000 pages).
+    fn ra_after(ra: &ReadAhead, page: u64, kind: FaultKind, advice: Advice) -> Vec<Range<u64>> {
+        let mut f = FetchList::new();
+        ra.on_fault(&fault(page, kind, advice), &mut f);
+        f.as_slice().to_vec()
+    }
+
+    fn ra_miss(ra: &ReadAhead, page: u64) -> Vec<Range<u64>> {
+        ra_after(ra, page, FaultKind::Miss, Advice::Normal)
+    }
+
+    /// A fault on a page being read ahead (the thread reached it first).
+    fn ra_wait(ra: &ReadAhead, page: u64) -> Vec<Range<u64>> {
+        ra_after(ra, page, FaultKind::Coalesced, Advice::Normal)
+    }
+
+    /// The largest range `p` asks for over two sequential walks: one that
+    /// misses only where read-ahead has not reached (the pages it asked
+    /// for are in by the time the thread gets there), one that misses twice
+    /// and then faults on pages being read ahead (the thread keeping up).
+    fn largest_window(p: &dyn Prefetcher, advice: Advice) -> u64 {
+        let mut largest = 0;
+        let mut page = 0;
+        while page < 1000 {
+            let mut f = FetchList::new();
+            p.on_fault(&fault(page, FaultKind::Miss, advice), &mut f);
+            let most = f.as_slice().iter().map(|r| r.end - r.start).max();
+            largest = largest.max(most.unwrap_or(0));
+            page = f.as_slice().iter().map(|r| r.end).max().unwrap_or(page + 1);
+        }
+        // A second walk over the same pages: a new stream for the policy.
+        for page in 0..1000 {
+            let kind = if page < 2 {
+                FaultKind::Miss
+            } else {
+                FaultKind::Coalesced
+            };
+            let mut f = FetchList::new();
+            p.on_fault(&fault(page, kind, advice), &mut f);
+            let most = f.as_slice().iter().map(|r| r.end - r.start).max();
+            largest = largest.max(most.unwrap_or(0));
+        }
+        largest
+    }
+
     #[test]
-    fn window_grows_on_sequential_misses_and_collapses_on_random() {
+    fn windows_are_at_most_a_sixteenth_of_the_cache() {
+        let kinds = [
+            PrefetchKind::default(),
+            PrefetchKind::Stride {
+                max_window: 2 << 20,
+            },
+        ];
+        for kind in kinds {
+            // 1 MiB of cache, 4 KiB pages: 64 KiB windows, 16 pages.
+            let small = kind.build(4096, 1 << 20);
+            assert_eq!(largest_window(&*small, Advice::Normal), 16, "{kind:?}");
+            // A cache 16 times the window leaves the setting alone.
+            let large = kind.build(4096, 1 << 30);
+            assert!(largest_window(&*large, Advice::Normal) > 16, "{kind:?}");
+        }
+        let advised = PrefetchKind::None.build(4096, 1 << 20);
+        assert_eq!(largest_window(&*advised, Advice::Sequential), 16);
+        // Never less than a page.
+        let tiny = PrefetchKind::default().build(16 << 10, 64 << 10);
+        assert_eq!(largest_window(&*tiny, Advice::Normal), 1);
+    }
+
+    #[test]
+    fn a_stream_starts_small_and_asks_for_the_next_window_when_it_reaches_the_last() {
         let ra = ReadAhead::new(64 * 4096, 4096, 512 * 4096);
-        assert!(
-            ra.on_miss(&miss(10, Advice::Normal)).is_empty(),
-            "first miss: no evidence yet"
-        );
-        assert_eq!(ra.on_miss(&miss(11, Advice::Normal)), 12..16);
-        assert_eq!(ra.on_miss(&miss(16, Advice::Normal)), 17..25);
-        assert_eq!(ra.on_miss(&miss(25, Advice::Normal)), 26..42);
-        assert_eq!(ra.on_miss(&miss(42, Advice::Normal)), 43..75);
-        assert_eq!(ra.on_miss(&miss(75, Advice::Normal)), 76..140);
-        assert_eq!(
-            ra.on_miss(&miss(140, Advice::Normal)),
-            141..205,
-            "capped at 64 pages"
-        );
-        assert!(
-            ra.on_miss(&miss(500, Advice::Normal)).is_empty(),
-            "random miss collapses"
-        );
-        assert_eq!(
-            ra.on_miss(&miss(501, Advice::Normal)),
-            502..506,
-            "and it restarts small"
-        );
+        assert!(ra_miss(&ra, 10).is_empty(), "first miss: no evidence yet");
+        assert_eq!(ra_miss(&ra, 11), [12..16], "4 pages first");
+        // The thread reaches the window while it is read: the next one,
+        // twice as large, goes in flight.
+        assert_eq!(ra_wait(&ra, 12), [16..24]);
+        assert!(ra_wait(&ra, 13).is_empty(), "inside the window: nothing");
+        // The page before the trigger (the first of the last window)
+        // already asks for the next window.
+        assert_eq!(ra_wait(&ra, 15), [24..40]);
+        assert!(ra_wait(&ra, 16).is_empty(), "asked for already");
+        assert_eq!(ra_wait(&ra, 24), [40..72]);
+        assert_eq!(ra_wait(&ra, 40), [72..136], "64 pages: the cap");
+        assert_eq!(ra_wait(&ra, 72), [136..200], "capped");
+        // The thread outran nothing: every window was in by the time it
+        // got there, and it misses where the stream stopped. Nothing is in
+        // flight: two windows go, so that the next is in flight while it
+        // consumes the first.
+        assert_eq!(ra_miss(&ra, 200), [201..265, 265..329]);
+        // A miss on a page of the last window asked for is a thread that
+        // got there before the prefetch thread did: no loss, and the next
+        // window goes.
+        assert_eq!(ra_miss(&ra, 266), [329..393]);
+        assert!(ra_wait(&ra, 267).is_empty());
+    }
+
+    #[test]
+    fn two_interleaved_sequential_streams_both_grow_their_windows() {
+        let ra = ReadAhead::new(64 * 4096, 4096, 512 * 4096);
+        let (mut a, mut b) = (0u64, 500u64);
+        assert!(ra_miss(&ra, a).is_empty());
+        assert!(ra_miss(&ra, b).is_empty());
+        let mut largest = [0u64; 2];
+        // Each thread misses the page after its last, then waits on each
+        // window's first page: a scan that outruns its reads.
+        let mut next = [ra_miss(&ra, a + 1), ra_miss(&ra, b + 1)];
+        for _ in 0..8 {
+            for (k, pos) in [&mut a, &mut b].into_iter().enumerate() {
+                let asked = &next[k];
+                assert_eq!(asked.len(), 1, "stream {k}: {asked:?}");
+                let r = asked[0].clone();
+                largest[k] = largest[k].max(r.end - r.start);
+                *pos = r.start;
+                next[k] = ra_wait(&ra, *pos);
+            }
+        }
+        assert_eq!(largest, [64, 64], "both reached the cap");
+        assert!(a < 500 && b > 500, "{a} {b}");
+    }
+
+    #[test]
+    fn random_misses_read_nothing_ahead_and_leave_a_stream_alone() {
+        let ra = ReadAhead::new(64 * 4096, 4096, 512 * 4096);
+        ra_miss(&ra, 100);
+        assert_eq!(ra_miss(&ra, 101), [102..106]);
+        let mut x = 12345u64;
+        for _ in 0..ReadAhead::STREAMS - 2 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let page = 200 + (x >> 33) % 800;
+            let mut f = FetchList::new();
+            ra.on_fault(
+                &Fault {
+                    pages: 1_000_000,
+                    ..fault(page * 1000, FaultKind::Miss, Advice::Normal)
+                },
+                &mut f,
+            );
+            assert!(f.is_empty(), "random miss at {page}: {:?}", f.as_slice());
+        }
+        // The stream goes on where it was.
+        assert_eq!(ra_wait(&ra, 102), [106..114]);
+        // Waiting on another thread's fill starts no stream.
+        assert!(ra_wait(&ra, 900).is_empty());
+        assert!(ra_wait(&ra, 901).is_empty());
+    }
+
+    #[test]
+    fn the_least_recently_used_stream_makes_room() {
+        let ra = ReadAhead::new(64 * 4096, 4096, 512 * 4096);
+        let n = ReadAhead::STREAMS as u64;
+        for s in 0..n {
+            ra_miss(&ra, s * 100);
+        }
+        for s in 1..n {
+            assert_eq!(ra_miss(&ra, s * 100 + 1), [s * 100 + 2..s * 100 + 6]);
+        }
+        // Stream 0 was used least recently: a new one takes its place.
+        ra_miss(&ra, 950);
+        assert!(ra_miss(&ra, 1).is_empty(), "stream 0 forgotten");
+        assert_eq!(ra_wait(&ra, 702), [706..714], "the others kept");
+    }
+
+    #[test]
+    fn a_miss_behind_the_last_window_shrinks_the_window() {
+        let ra = ReadAhead::new(64 * 4096, 4096, 512 * 4096);
+        ra_miss(&ra, 0);
+        assert_eq!(ra_miss(&ra, 1), [2..6]);
+        assert_eq!(ra_wait(&ra, 2), [6..14]);
+        assert_eq!(ra_wait(&ra, 6), [14..30]);
+        assert_eq!(ra_wait(&ra, 14), [30..62]);
+        // [14, 30) was asked for before the last window: a miss at 20
+        // means that read-ahead was lost. Half the window (32 -> 16), the
+        // rest of that window again.
+        assert_eq!(ra_miss(&ra, 20), [21..30]);
+        assert_eq!(ra_wait(&ra, 30), [62..94], "32 again: 16 doubled");
+        assert_eq!(ra_miss(&ra, 40), [41..62], "lost again");
+        assert_eq!(ra_wait(&ra, 62), [94..126], "16 doubled");
     }
 
     #[test]
     fn advice_overrides_and_range_is_clipped() {
+        // PrefetchKind::None: nothing on its own, the advised window with
+        // Advice::Sequential, from the first miss on.
         let ra = ReadAhead::new(0, 4096, 16 * 4096);
-        assert!(ra.on_miss(&miss(1, Advice::Normal)).is_empty());
-        assert!(
-            ra.on_miss(&miss(2, Advice::Normal)).is_empty(),
-            "PrefetchKind::None"
+        assert!(ra_miss(&ra, 1).is_empty());
+        assert!(ra_miss(&ra, 2).is_empty());
+        assert_eq!(
+            ra_after(&ra, 3, FaultKind::Miss, Advice::Sequential),
+            [4..20]
         );
-        assert_eq!(ra.on_miss(&miss(3, Advice::Sequential)), 4..20);
-        assert_eq!(ra.on_miss(&miss(995, Advice::Sequential)), 996..1000);
-        assert!(ra.on_miss(&miss(999, Advice::Sequential)).is_empty());
+        assert_eq!(
+            ra_after(&ra, 995, FaultKind::Miss, Advice::Sequential),
+            [996..1000]
+        );
+        assert!(ra_after(&ra, 999, FaultKind::Miss, Advice::Sequential).is_empty());
+        // Sequential advice: the advised window at once, whatever the
+        // stream's window.
+        let ra = ReadAhead::new(64 * 4096, 4096, 256 * 4096);
+        ra_miss(&ra, 10);
+        assert_eq!(ra_miss(&ra, 11), [12..16]);
+        assert_eq!(
+            ra_after(&ra, 12, FaultKind::Coalesced, Advice::Sequential),
+            [16..272]
+        );
+        // Random advice: nothing, and the stream is left as it was.
         let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
-        ra.on_miss(&miss(1, Advice::Normal));
-        assert!(ra.on_miss(&miss(2, Advice::Random)).is_empty());
+        ra_miss(&ra, 1);
+        assert!(ra_after(&ra, 2, FaultKind::Miss, Advice::Random).is_empty());
+        assert_eq!(ra_miss(&ra, 2), [3..7]);
+        // Only misses and waits drive it.
+        assert!(ra_after(&ra, 3, FaultKind::FirstWrite, Advice::Normal).is_empty());
         // A window of fewer pages than the first step (2 MiB pages, 2 MiB
         // window): one page ahead, never a panic.
         let ra = ReadAhead::new(2 << 20, 2 << 20, 2 << 20);
-        assert!(ra.on_miss(&miss(0, Advice::Normal)).is_empty());
-        assert_eq!(ra.on_miss(&miss(1, Advice::Normal)), 2..3);
+        assert!(ra_miss(&ra, 0).is_empty());
+        assert_eq!(ra_miss(&ra, 1), [2..3]);
+        assert_eq!(ra_wait(&ra, 2), [3..4, 4..5]);
+        assert_eq!(ra_miss(&ra, 4), [5..6, 6..7]);
+        // Clipped at the region's end.
+        let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
+        ra_miss(&ra, 990);
+        assert_eq!(ra_miss(&ra, 991), [992..996]);
+        assert_eq!(ra_wait(&ra, 992), [996..1000]);
+        assert!(ra_wait(&ra, 996).is_empty());
+        assert!(ra_miss(&ra, 999).is_empty());
+    }
+
+    #[test]
+    fn on_miss_gives_the_first_run_asked_for() {
+        let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
+        assert!(ra.on_miss(&miss(10, Advice::Normal)).is_empty());
+        assert_eq!(ra.on_miss(&miss(11, Advice::Normal)), 12..16);
+        assert_eq!(
+            ra.on_miss(&miss(16, Advice::Normal)),
+            17..41,
+            "two windows, one range"
+        );
     }
 
     fn fault(page: u64, kind: FaultKind, advice: Advice) -> Fault {
@@ -588,15 +993,18 @@ mod tests {
 
     #[test]
     fn a_miss_only_prefetcher_sees_misses_through_the_default_on_fault() {
-        let ra = ReadAhead::new(64 * 4096, 4096, 64 * 4096);
-        let mut f = FetchList::new();
-        for p in [10, 11] {
-            f.clear();
-            ra.on_fault(&fault(p, FaultKind::Miss, Advice::Normal), &mut f);
+        /// Fetches the page after each miss.
+        struct Next;
+        impl Prefetcher for Next {
+            fn on_miss(&self, miss: &Miss) -> Range<u64> {
+                miss.page + 1..miss.page + 2
+            }
         }
-        assert_eq!(f.as_slice(), [12..16]);
+        let mut f = FetchList::new();
+        Next.on_fault(&fault(10, FaultKind::Miss, Advice::Normal), &mut f);
+        assert_eq!(f.as_slice(), [11..12]);
         f.clear();
-        ra.on_fault(&fault(16, FaultKind::Coalesced, Advice::Normal), &mut f);
+        Next.on_fault(&fault(16, FaultKind::Coalesced, Advice::Normal), &mut f);
         assert!(f.is_empty());
     }
 }

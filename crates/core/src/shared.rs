@@ -562,6 +562,8 @@ pub(crate) struct PrefetchJob {
 pub(crate) struct JobQueue {
     jobs: Mutex<VecDeque<PrefetchJob>>,
     ready: Condvar,
+    /// Threads waiting for a job (changed under the queue's lock).
+    idle: AtomicU64,
 }
 
 /// Jobs a queue holds without growing.
@@ -572,6 +574,7 @@ impl Default for JobQueue {
         JobQueue {
             jobs: Mutex::new(VecDeque::with_capacity(JOB_QUEUE_ROOM)),
             ready: Condvar::new(),
+            idle: AtomicU64::new(0),
         }
     }
 }
@@ -612,8 +615,52 @@ impl JobQueue {
             if let Some(j) = q.pop_front() {
                 return Some(j);
             }
+            self.idle.fetch_add(1, Ordering::Relaxed);
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            self.idle.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Moves `job`'s fetch list into its page ranges, then moves into
+    /// `job` the page ranges (and fetch lists) of the fill jobs queued
+    /// right behind it for the same region (read-ahead of several streams,
+    /// queued while the threads served the last batches), until `job`
+    /// holds `max_pages` pages or more: their reads then go to the store
+    /// in one batch, all in flight at once. Jobs an idle thread would take
+    /// are left to it: separate threads install their batches side by
+    /// side, each as soon as its own reads complete. Leaves `job`'s ranges
+    /// sorted.
+    pub fn merge_following(&self, job: &mut PrefetchJob, max_pages: usize) {
+        if job.promote.is_some() {
+            return;
+        }
+        let take_fetch = |pages: &mut Vec<Range<usize>>, fetch: &FetchList| {
+            pages.extend(
+                fetch
+                    .as_slice()
+                    .iter()
+                    .map(|r| r.start as usize..r.end as usize),
+            );
+        };
+        take_fetch(&mut job.pages, &job.fetch);
+        job.fetch.clear();
+        let mut pages: usize = job.pages.iter().map(|r| r.len()).sum();
+        {
+            let mut q = self.lock();
+            while pages < max_pages
+                && q.len() as u64 > self.idle.load(Ordering::Relaxed)
+                && let Some(next) = q.front()
+                && next.promote.is_none()
+                && Arc::ptr_eq(&next.region, &job.region)
+            {
+                let Some(next) = q.pop_front() else { break };
+                let before = job.pages.len();
+                job.pages.extend(next.pages);
+                take_fetch(&mut job.pages, &next.fetch);
+                pages += job.pages[before..].iter().map(|r| r.len()).sum::<usize>();
+            }
+        }
+        job.pages.sort_unstable_by_key(|r| r.start);
     }
 
     /// Wakes the waiting thread so that it checks its stop condition.

@@ -13,7 +13,7 @@
 //! region's store takes the region's queued fills before it gives its slot
 //! back, so a queued fill is served as soon as one of the region's reads
 //! returns, in the order they came. Read-ahead after a fault takes a slot
-//! too, or is skipped when none is free.
+//! too, or goes to the `umio-prefetch` threads when none is free.
 //!
 //! With one filler nothing can be kept free: that runtime trades isolation
 //! for its single thread. Two or more stores hanging at once can still take

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `umio-filler-N` | [`filler_main`]: read fault events, resolve each (`fault.rs`) | its scratch and cache credit |
 //! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
-//! | `umio-prefetch` | [`prefetch_main`]: serve the job queue: fill ranges, promote (`fill.rs`, `promote.rs`) | its scratch |
+//! | `umio-prefetch`, `umio-prefetch-1` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
 
 use std::os::fd::AsRawFd;
@@ -51,8 +51,20 @@ pub(crate) fn spawn_all(
     if shared.cfg().cache_auto.is_some() {
         spawn("umio-autosize".into(), autosize_main, threads)?;
     }
-    spawn("umio-prefetch".into(), prefetch_main, threads)
+    for i in 0..PREFETCH_THREADS {
+        let name = match i {
+            0 => "umio-prefetch".to_string(),
+            i => format!("umio-prefetch-{i}"),
+        };
+        spawn(name, prefetch_main, threads)?;
+    }
+    Ok(())
 }
+
+/// Threads serving the job queue: two, so that one installs a batch (its
+/// `UFFDIO_COPY`s) while the other's reads are in flight, and two streams'
+/// windows are read and installed side by side.
+const PREFETCH_THREADS: usize = 2;
 
 /// Tells every thread to stop and waits for them.
 pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
@@ -139,35 +151,29 @@ fn filler_main(shared: Arc<Shared>) {
     w.credit.release_all(&shared.pool().budget);
 }
 
+/// Most bytes of queued jobs the prefetch thread merges into one batch.
+const MAX_MERGED_BYTES: usize = 8 << 20;
+
 fn prefetch_main(shared: Arc<Shared>) {
     let mut w = Scratch::new();
     loop {
-        let Some(job) = shared.jobs().next(|| shared.is_shutting_down()) else {
+        let Some(mut job) = shared.jobs().next(|| shared.is_shutting_down()) else {
             return;
         };
-        if let Some(_g) = job.region.enter() {
+        let region = job.region.clone();
+        if let Some(_g) = region.enter() {
             match job.promote {
-                Some(chunk) => shared.promote(&mut w, &job.region, chunk),
-                None if !job.fetch.is_empty() => {
-                    // Read-ahead a signal handler asked for: free cache
-                    // only, as a filler's read-ahead.
-                    let mut ranges = std::mem::take(&mut w.fetch_pages);
-                    ranges.clear();
-                    ranges.extend(
-                        job.fetch
-                            .as_slice()
-                            .iter()
-                            .map(|r| r.start as usize..r.end as usize),
-                    );
-                    ranges.sort_unstable_by_key(|r| r.start);
-                    shared.fill_ranges(&mut w, &job.region, &ranges, false);
-                    w.fetch_pages = ranges;
-                }
+                Some(chunk) => shared.promote(&mut w, &region, chunk),
                 None => {
-                    shared.fill_ranges(&mut w, &job.region, &job.pages, true);
+                    // The windows of every stream queued meanwhile go in
+                    // flight together (with what signal handlers asked
+                    // for, queued as fetch lists: no allocation there).
+                    let max = (MAX_MERGED_BYTES / region.page_size).max(1);
+                    shared.jobs().merge_following(&mut job, max);
+                    shared.fill_ranges(&mut w, &region, &job.pages, true);
                 }
             }
-        } else if let (Some(chunk), Some(h)) = (job.promote, &job.region.huge) {
+        } else if let (Some(chunk), Some(h)) = (job.promote, &region.huge) {
             // Being unmapped: give the claim back.
             h.abandon(chunk);
         }

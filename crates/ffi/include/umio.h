@@ -259,7 +259,7 @@ struct umio_prefetch_ops {
   // fetch to out[0..n) and returns n (0: fetch nothing). Pages
   // already resident or being filled are skipped, ranges past the end
   // of the mapping are clipped, empty ranges and any beyond cap are
-  // ignored. Prefetch uses free cache only: it never evicts.
+  // ignored. When the cache is full, prefetch evicts older pages.
   size_t (*on_fault)(void *user, const struct umio_fault *fault, struct umio_page_range *out, size_t cap);
   // Called once when umio no longer needs user (see above). May be
   // NULL.
@@ -307,7 +307,7 @@ struct umio_map_options {
   const char *prefetch;
   // Largest read-ahead window in bytes for "sequential" and
   // "stride"; 0: 2 MiB. Must be 0 with "none" and with
-  // prefetcher.
+  // prefetcher. A window is also at most a sixteenth of the cache.
   size_t read_ahead;
   // Eviction policy by name: "fifo", "clock", "lru" or "2q".
   // Eviction is runtime-wide (see umio_config_set_eviction): a name
@@ -866,7 +866,8 @@ int umio_config_set_eviction_ops(const struct umio_eviction_ops *ops);
 int umio_config_set_max_fault_events(unsigned int n);
 
 // Default largest read-ahead window in bytes; 0: no read-ahead (default
-// 2 MiB; UMAP_READ_AHEAD gives it in pages).
+// 2 MiB; UMAP_READ_AHEAD gives it in pages). A window is also at most a
+// sixteenth of the cache.
 //
 // Requirements:
 // None.

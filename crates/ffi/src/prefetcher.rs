@@ -88,7 +88,7 @@ pub struct umio_prefetch_ops {
     /// fetch to `out[0..n)` and returns `n` (0: fetch nothing). Pages
     /// already resident or being filled are skipped, ranges past the end
     /// of the mapping are clipped, empty ranges and any beyond `cap` are
-    /// ignored. Prefetch uses free cache only: it never evicts.
+    /// ignored. When the cache is full, prefetch evicts older pages.
     pub on_fault: Option<
         unsafe extern "C" fn(
             user: *mut c_void,

@@ -44,7 +44,7 @@ pub struct umio_map_options {
     pub prefetch: *const c_char,
     /// Largest read-ahead window in bytes for `"sequential"` and
     /// `"stride"`; 0: 2 MiB. Must be 0 with `"none"` and with
-    /// `prefetcher`.
+    /// `prefetcher`. A window is also at most a sixteenth of the cache.
     pub read_ahead: usize,
     /// Eviction policy by name: `"fifo"`, `"clock"`, `"lru"` or `"2q"`.
     /// Eviction is runtime-wide (see `umio_config_set_eviction`): a name

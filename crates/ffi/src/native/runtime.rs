@@ -279,7 +279,8 @@ pub unsafe extern "C" fn umio_config_set_max_fault_events(n: c_uint) -> c_int {
 }
 
 /// Default largest read-ahead window in bytes; 0: no read-ahead (default
-/// 2 MiB; `UMAP_READ_AHEAD` gives it in pages).
+/// 2 MiB; `UMAP_READ_AHEAD` gives it in pages). A window is also at most a
+/// sixteenth of the cache.
 ///
 /// # Safety
 /// None.
