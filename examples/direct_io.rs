@@ -3,6 +3,11 @@
 //! device's own `O_DIRECT` one-at-a-time random read rate, in interleaved
 //! rounds; and how much of the file the kernel's page cache holds after
 //! umio's reads (`mincore`), against umio with `MapOptions::page_cache(true)`.
+//! umio runs with each fault service: the filler threads (the default) and
+//! the faulting thread itself (`FaultService::InThread`); beside them the
+//! floor of the in-thread mechanism without umio (a SIGBUS handler that
+//! reads the page with `O_DIRECT` and installs it with `UFFDIO_COPY`:
+//! `umio_bench::sigbus_floor`).
 //!
 //! ```text
 //! cargo run --release --example direct_io -- [--dir DIR] [--size MiB] [--cache MiB]
@@ -22,8 +27,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use umio::backends::{cached_bytes, dio_alignment};
-use umio::{MapOptions, Runtime};
+use umio::{FaultService, MapOptions, Runtime};
 use umio_bench::cli::{self, value_parser};
+use umio_bench::sigbus_floor::sigbus_direct_rate;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -63,17 +69,22 @@ fn args() -> Result<Args> {
     })
 }
 
-/// xorshift64: the offsets of the reads.
+/// xorshift64: the pages of the reads, each page once (a page read again
+/// would be a hit for the mappings and a read for the device).
 fn offsets(seed: u64, pages: u64, n: usize) -> Vec<u64> {
     let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((u128::from(x) * u128::from(pages)) >> 64) as u64
-        })
-        .collect()
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n.min(pages as usize) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = ((u128::from(x) * u128::from(pages)) >> 64) as u64;
+        if seen.insert(p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 fn drop_cache(f: &File) {
@@ -114,9 +125,18 @@ fn direct_rate(path: &std::path::Path, pages: &[u64]) -> Result<f64> {
 /// `opts` (each access one miss while the cache is cold: the reads are
 /// spread over a file four times the cache). Returns the rate, the share
 /// of the file in the page cache after, and the store's name.
-fn umio_rate(f: &File, cache: u64, pages: &[u64], opts: MapOptions) -> Result<(f64, f64, String)> {
+fn umio_rate(
+    f: &File,
+    cache: u64,
+    pages: &[u64],
+    opts: MapOptions,
+    service: FaultService,
+) -> Result<(f64, f64, String)> {
     drop_cache(f);
-    let rt = Runtime::builder().cache_bytes(cache).build()?;
+    let rt = Runtime::builder()
+        .cache_bytes(cache)
+        .fault_service(service)
+        .build()?;
     let map = rt.map_file(f, opts)?;
     let name = map.store_name().to_owned();
     let m = map.as_slice();
@@ -165,9 +185,9 @@ fn main() -> Result<()> {
     );
     let pages = len / 4096;
     println!(
-        "| round | device O_DIRECT pread, 1 at a time (reads/s) | umio defaults (reads/s) | ratio | page cache share after umio | umio page_cache(true) (reads/s) | its page cache share |"
+        "| round | device O_DIRECT pread, 1 at a time (reads/s) | floor: SIGBUS + O_DIRECT pread + UFFDIO_COPY (faults/s) | ratio | umio defaults (reads/s) | ratio | umio in-thread (reads/s) | ratio | page cache share after umio | umio page_cache(true) (reads/s) | its page cache share |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in 0..a.rounds {
         let seed = 0x9e37_79b9 + r as u64;
         // Each run reads its own offsets: none is warm from another.
@@ -175,27 +195,41 @@ fn main() -> Result<()> {
             drop_cache(&f);
             direct_rate(tmp.path(), &offsets(seed, pages, a.reads))?
         };
+        let floor = sigbus_direct_rate(tmp.path(), &offsets(seed + 400, pages, a.reads))?;
         let (umio, shr, name) = umio_rate(
             &f,
             a.cache_mib << 20,
             &offsets(seed + 100, pages, a.reads),
             MapOptions::new(),
+            FaultService::Fillers,
+        )?;
+        let (in_thread, _, _) = umio_rate(
+            &f,
+            a.cache_mib << 20,
+            &offsets(seed + 300, pages, a.reads),
+            MapOptions::new(),
+            FaultService::InThread,
         )?;
         let (cached, cshr, _) = umio_rate(
             &f,
             a.cache_mib << 20,
             &offsets(seed + 200, pages, a.reads),
             MapOptions::new().page_cache(true),
+            FaultService::Fillers,
         )?;
         if r == 0 {
             eprintln!("    umio's store with defaults: {name}");
         }
         println!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.2}% | {:.0} | {:.2}% |",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2}% | {:.0} | {:.2}% |",
             r + 1,
             dev,
+            floor,
+            floor / dev,
             umio,
             umio / dev,
+            in_thread,
+            in_thread / dev,
             shr * 100.0,
             cached,
             cshr * 100.0

@@ -476,18 +476,18 @@ const fn ioc(dir: u64, nr: u64, size: usize) -> libc::c_ulong {
     ((dir << 30) | ((size as u64) << 16) | (0xAA << 8) | nr) as libc::c_ulong
 }
 const IOWR: u64 = 3;
-const UFFDIO_API: libc::c_ulong = ioc(IOWR, 0x3F, 24);
-const UFFDIO_REGISTER: libc::c_ulong = ioc(IOWR, 0x00, 32);
-const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, 40);
+pub(crate) const UFFDIO_API: libc::c_ulong = ioc(IOWR, 0x3F, 24);
+pub(crate) const UFFDIO_REGISTER: libc::c_ulong = ioc(IOWR, 0x00, 32);
+pub(crate) const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, 40);
 const EVENT_PAGEFAULT: u8 = 0x12;
 
 #[repr(C)]
-struct UffdioCopy {
-    dst: u64,
-    src: u64,
-    len: u64,
-    mode: u64,
-    copy: i64,
+pub(crate) struct UffdioCopy {
+    pub(crate) dst: u64,
+    pub(crate) src: u64,
+    pub(crate) len: u64,
+    pub(crate) mode: u64,
+    pub(crate) copy: i64,
 }
 
 // As the kernel's header lays it out and numbers the ioctls (x86_64 and
@@ -507,7 +507,7 @@ struct FloorStamps {
     filled: AtomicU64,
 }
 
-fn errno() -> std::io::Error {
+pub(crate) fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 

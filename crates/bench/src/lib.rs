@@ -8,6 +8,8 @@
 //!   `mmap` mappings side by side, and the workloads;
 //! - [`fault_path`]: the fault-path microbenchmark;
 //! - [`policy_workload`]: the workload where the eviction policy matters;
+//! - [`sigbus_floor`]: the floor of a miss served in the faulting thread
+//!   from an `O_DIRECT` file;
 //! - [`svg`]: the report's charts;
 //! - [`cli`]: the examples' command lines (`--help` for each).
 
@@ -15,4 +17,5 @@ pub mod bench;
 pub mod cli;
 pub mod fault_path;
 pub mod policy_workload;
+pub mod sigbus_floor;
 pub mod svg;
