@@ -142,3 +142,30 @@ impl From<Error> for std::io::Error {
 
 /// Result with umio's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A positive errno: the error type of the code behind umio's C exports
+/// (libumio's functions and the preload shim's interposed calls), which
+/// report failures the C way. Built from an [`Error`] (its
+/// [`errno`](Error::errno), the error logged at debug level), a
+/// [`StoreError`] or an [`std::io::Error`] (`EIO` when it has no errno).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl From<Error> for Errno {
+    fn from(e: Error) -> Self {
+        log::debug!("umio: {e}");
+        Errno(e.errno())
+    }
+}
+
+impl From<StoreError> for Errno {
+    fn from(e: StoreError) -> Self {
+        Errno(e.errno)
+    }
+}
+
+impl From<std::io::Error> for Errno {
+    fn from(e: std::io::Error) -> Self {
+        Errno(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}

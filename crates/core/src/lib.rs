@@ -44,7 +44,7 @@ pub use config::{
     default_fillers, parse_size,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
-pub use error::{Error, Result};
+pub use error::{Errno, Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use in_thread::{FaultService, in_fault_handler};

@@ -5,24 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
 
-use umio_backends::StoreError;
-
-/// A positive errno: the error type of every function behind the boundary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Errno(pub i32);
-
-impl From<umio_core::Error> for Errno {
-    fn from(e: umio_core::Error) -> Self {
-        log::debug!("umio: {e}");
-        Errno(e.errno())
-    }
-}
-
-impl From<StoreError> for Errno {
-    fn from(e: StoreError) -> Self {
-        Errno(e.errno)
-    }
-}
+pub(crate) use umio_core::Errno;
 
 /// errno reported when umio itself has a bug (a caught panic).
 pub(crate) const PANIC_ERRNO: i32 = libc::ENOTRECOVERABLE;

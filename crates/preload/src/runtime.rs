@@ -8,28 +8,7 @@ use umio_core::Runtime;
 use crate::config::Config;
 use crate::sys;
 
-/// A positive errno: the error of everything behind an export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Errno(pub i32);
-
-impl From<umio_core::Error> for Errno {
-    fn from(e: umio_core::Error) -> Self {
-        log::debug!("umio-preload: {e}");
-        Errno(e.errno())
-    }
-}
-
-impl From<umio_backends::StoreError> for Errno {
-    fn from(e: umio_backends::StoreError) -> Self {
-        Errno(e.errno)
-    }
-}
-
-impl From<std::io::Error> for Errno {
-    fn from(e: std::io::Error) -> Self {
-        Errno(e.raw_os_error().unwrap_or(libc::EIO))
-    }
-}
+pub(crate) use umio_core::Errno;
 
 /// The shim's configuration (read from the environment on first use).
 pub(crate) fn config() -> &'static Config {
