@@ -140,17 +140,7 @@ impl PageTable {
     /// this thread now owns the page.
     #[inline]
     pub fn try_lock(&self, page: usize, from: PageState) -> bool {
-        let cell = &self.states[page];
-        let mut v = cell.load(Ordering::Relaxed);
-        loop {
-            if v & (BUSY | KIND_MASK) != from as u8 {
-                return false;
-            }
-            match cell.compare_exchange_weak(v, v | BUSY, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => v = now,
-            }
-        }
+        self.lock_setting(page, from, BUSY)
     }
 
     /// [`try_lock`](PageTable::try_lock) for an eviction: the page is also
@@ -161,18 +151,20 @@ impl PageTable {
     /// it: the old one would then evict the new page long before its turn.
     #[inline]
     pub fn try_lock_evicting(&self, page: usize, from: PageState) -> bool {
+        self.lock_setting(page, from, BUSY | EVICTING)
+    }
+
+    /// Sets `bits` (BUSY and any marks of the lock) if the page is stable
+    /// in state `from`. Returns whether it did.
+    #[inline]
+    fn lock_setting(&self, page: usize, from: PageState, bits: u8) -> bool {
         let cell = &self.states[page];
         let mut v = cell.load(Ordering::Relaxed);
         loop {
             if v & (BUSY | KIND_MASK) != from as u8 {
                 return false;
             }
-            match cell.compare_exchange_weak(
-                v,
-                v | BUSY | EVICTING,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            match cell.compare_exchange_weak(v, v | bits, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(now) => v = now,
             }
