@@ -476,8 +476,8 @@ const fn ioc(dir: u64, nr: u64, size: usize) -> libc::c_ulong {
     ((dir << 30) | ((size as u64) << 16) | (0xAA << 8) | nr) as libc::c_ulong
 }
 const IOWR: u64 = 3;
-pub(crate) const UFFDIO_API: libc::c_ulong = ioc(IOWR, 0x3F, 24);
-pub(crate) const UFFDIO_REGISTER: libc::c_ulong = ioc(IOWR, 0x00, 32);
+const UFFDIO_API: libc::c_ulong = ioc(IOWR, 0x3F, 24);
+const UFFDIO_REGISTER: libc::c_ulong = ioc(IOWR, 0x00, 32);
 pub(crate) const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, 40);
 const EVENT_PAGEFAULT: u8 = 0x12;
 
@@ -511,28 +511,43 @@ pub(crate) fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
-fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> Result<PathRow> {
-    // SAFETY: plain system call; the descriptor is ours to close.
-    let uffd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) } as i32;
-    if uffd < 0 {
+/// A new userfaultfd with `features` (`UFFDIO_API` done), for the minimal
+/// handlers of this crate.
+pub(crate) fn userfaultfd(features: u64) -> Result<std::os::fd::OwnedFd> {
+    // SAFETY: plain system call; the descriptor is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) } as i32;
+    if fd < 0 {
         return Err(format!("userfaultfd: {} (root needed)", errno()).into());
     }
-    // SAFETY: uffd is a descriptor this function owns from here on.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(uffd) };
-    let mut api = [0xAAu64, 0, 0];
+    // SAFETY: fd is a new descriptor nobody else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut api = [0xAAu64, features, 0];
     // SAFETY: UFFDIO_API reads and writes a 24-byte struct.
-    if unsafe { libc::ioctl(uffd, UFFDIO_API, api.as_mut_ptr()) } != 0 {
-        return Err(format!("UFFDIO_API: {}", errno()).into());
+    if unsafe { libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()) } != 0 {
+        return Err(format!("UFFDIO_API (features {features:#x}): {}", errno()).into());
     }
-    let pages = faults + WARMUP + 1;
-    let len = pages * STRIDE;
-    let a = Anon::new(len)?;
-    let mut reg = [a.ptr as u64, len as u64, 1u64, 0];
-    // SAFETY: UFFDIO_REGISTER reads and writes a 32-byte struct; the range
-    // is our anonymous mapping.
+    Ok(owned)
+}
+
+/// Registers `addr..addr + len`, memory of the caller's own, for missing
+/// faults (`UFFDIO_REGISTER_MODE_MISSING`).
+pub(crate) fn register_missing(uffd: i32, addr: usize, len: usize) -> Result<()> {
+    let mut reg = [addr as u64, len as u64, 1u64, 0];
+    // SAFETY: UFFDIO_REGISTER reads and writes a 32-byte struct; the caller
+    // owns the range.
     if unsafe { libc::ioctl(uffd, UFFDIO_REGISTER, reg.as_mut_ptr()) } != 0 {
         return Err(format!("UFFDIO_REGISTER: {}", errno()).into());
     }
+    Ok(())
+}
+
+fn floor_row(faults: usize, pread_from: Option<(&File, usize)>, name: &str) -> Result<PathRow> {
+    let owned = userfaultfd(0)?;
+    let uffd = owned.as_raw_fd();
+    let pages = faults + WARMUP + 1;
+    let len = pages * STRIDE;
+    let a = Anon::new(len)?;
+    register_missing(uffd, a.ptr as usize, len)?;
     let stamps = Arc::new(FloorStamps::default());
     let file = pread_from.map(|(f, len)| (f.as_raw_fd(), len as i64));
     let handler = {

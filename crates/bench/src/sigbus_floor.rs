@@ -8,7 +8,7 @@
 //! beside the device's own `pread` and beside umio.
 
 use std::fs::OpenOptions;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -16,12 +16,10 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::bench::{PAGE, Result};
-use crate::fault_path::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER, UffdioCopy, errno};
+use crate::fault_path::{UFFDIO_COPY, UffdioCopy, errno, register_missing, userfaultfd};
 
 /// `UFFD_FEATURE_SIGBUS` (Linux 4.14).
 const FEATURE_SIGBUS: u64 = 1 << 7;
-/// `UFFDIO_REGISTER_MODE_MISSING`.
-const MODE_MISSING: u64 = 1;
 
 // What the handler needs, set while one measurement runs (`RUNNING`).
 static UFFD: AtomicI32 = AtomicI32::new(-1);
@@ -89,18 +87,7 @@ pub fn sigbus_direct_rate(path: &Path, pages: &[u64]) -> Result<f64> {
     if len == 0 || pages.iter().any(|&p| p as usize >= len / PAGE) {
         return Err("sigbus_floor: a page beyond the file".into());
     }
-    // SAFETY: plain system call; the descriptor is owned below.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) } as i32;
-    if fd < 0 {
-        return Err(format!("userfaultfd: {} (root needed)", errno()).into());
-    }
-    // SAFETY: fd is a new descriptor nobody else owns.
-    let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut api = [0xAAu64, FEATURE_SIGBUS, 0];
-    // SAFETY: UFFDIO_API reads and writes a 24-byte struct.
-    if unsafe { libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()) } != 0 {
-        return Err(format!("UFFDIO_API with UFFD_FEATURE_SIGBUS: {}", errno()).into());
-    }
+    let uffd = userfaultfd(FEATURE_SIGBUS)?;
     // SAFETY: a new anonymous mapping, unmapped below.
     let base = unsafe {
         libc::mmap(
@@ -119,13 +106,9 @@ pub fn sigbus_direct_rate(path: &Path, pages: &[u64]) -> Result<f64> {
         // SAFETY: the mapping made above, no longer used.
         unsafe { libc::munmap(base, len) };
     };
-    let mut reg = [base as u64, len as u64, MODE_MISSING, 0];
-    // SAFETY: UFFDIO_REGISTER reads and writes a 32-byte struct; the range
-    // is our mapping.
-    if unsafe { libc::ioctl(fd, UFFDIO_REGISTER, reg.as_mut_ptr()) } != 0 {
-        let e = errno();
+    if let Err(e) = register_missing(uffd.as_raw_fd(), base as usize, len) {
         unmap();
-        return Err(format!("UFFDIO_REGISTER: {e}").into());
+        return Err(e);
     }
     let mut buf = Box::new(Page([0; PAGE]));
     UFFD.store(uffd.as_raw_fd(), Relaxed);
