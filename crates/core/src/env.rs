@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::huge::PromoteKind;
 use crate::in_thread::FaultService;
 use crate::kernel::UffdMode;
+use crate::parse::size;
 
 /// A `UMAP_*` variable's name and the error of a malformed value.
 type Alias = (&'static str, &'static str);
@@ -318,10 +319,6 @@ fn on_off(v: &str) -> Option<bool> {
 
 fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
     v.parse().ok()
-}
-
-fn size(v: &str) -> Option<usize> {
-    parse_size(v).and_then(|n| usize::try_from(n).ok())
 }
 
 #[cfg(test)]

@@ -11,8 +11,10 @@ use crate::{PrefetchKind, PromoteKind};
 /// Default largest window of a prefetch policy named without one.
 const DEFAULT_WINDOW: usize = 2 << 20;
 
-/// A window in bytes ([`parse_size`](crate::parse_size)'s syntax).
-fn size(s: &str) -> Option<usize> {
+/// A size in bytes ([`parse_size`](crate::parse_size)'s syntax) as
+/// `usize`: read-ahead windows here, and the `usize` settings of the
+/// environment (`env.rs`).
+pub(crate) fn size(s: &str) -> Option<usize> {
     usize::try_from(crate::parse_size(s)?).ok()
 }
 
