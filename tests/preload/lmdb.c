@@ -4,7 +4,12 @@
  * every write at once; with MDB_WRITEMAP it writes through a read-write
  * mapping and syncs it with msync.
  *
- * usage: lmdb DIR RECORDS default|writemap MAPSIZE_BYTES */
+ * usage: lmdb DIR RECORDS default|writemap MAPSIZE_BYTES
+ *
+ * With "points GETS" after MAPSIZE_BYTES, the program only opens the
+ * database that an earlier run made and reads GETS records chosen at
+ * random (a fixed seed), checking each value: a B-tree's random point
+ * reads, each a walk from the root to one leaf. */
 #include "check.h"
 
 #include <lmdb.h>
@@ -40,10 +45,46 @@ static MDB_env *open_env(const char *dir, unsigned flags, size_t mapsize) {
     return env;
 }
 
+/* GETS random point reads of a database of RECORDS records. */
+static int points(const char *dir, unsigned records, size_t mapsize, unsigned gets) {
+    unsigned char val[256];
+    char key[16];
+    MDB_env *env = open_env(dir, MDB_RDONLY, mapsize);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+    MDB_CHECK(mdb_dbi_open(txn, NULL, 0, &dbi));
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (unsigned g = 0; g < gets; g++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned i = (unsigned)(x % records);
+        snprintf(key, sizeof key, "%010u", i);
+        MDB_val k = {10, key}, v;
+        int rc = mdb_get(txn, dbi, &k, &v);
+        if (rc != MDB_SUCCESS) {
+            fprintf(stderr, "record %u: %s\n", i, mdb_strerror(rc));
+            exit(1);
+        }
+        size_t n = value_of(i, val);
+        if (v.mv_size != n || memcmp(v.mv_data, val, n) != 0) {
+            fprintf(stderr, "record %u: wrong value\n", i);
+            exit(1);
+        }
+    }
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    printf("lmdb points ok: %u gets\n", gets);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    CHECK(argc == 5);
+    CHECK(argc == 5 || (argc == 6 && strcmp(argv[3], "points") == 0));
     const char *dir = argv[1];
     unsigned records = (unsigned)atoi(argv[2]);
+    if (argc == 6)
+        return points(dir, records, (size_t)strtoull(argv[4], NULL, 0), (unsigned)atoi(argv[5]));
     unsigned flags = strcmp(argv[3], "writemap") == 0 ? MDB_WRITEMAP : 0;
     CHECK(flags != 0 || strcmp(argv[3], "default") == 0);
     size_t mapsize = (size_t)strtoull(argv[4], NULL, 0);

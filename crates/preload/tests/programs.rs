@@ -410,6 +410,64 @@ fn lmdb_keeps_every_record_in_both_write_modes() {
     }
 }
 
+/// A B-tree's random point reads through the shim with umio's defaults
+/// (4 KiB pages, read-ahead only for sequential streams) read about the
+/// bytes they touch: LMDB `mdb_get`s of random keys of a database four
+/// times the cache read at most 1.2 bytes from the file per byte faulted
+/// in (an upper bound of the bytes read per byte touched: pages read
+/// ahead and then used are touched without a fault).
+#[test]
+fn lmdb_random_point_reads_read_what_they_touch() {
+    if !Path::new("/usr/include/lmdb.h").exists() {
+        eprintln!("SKIPPED: LMDB is not installed (apt-get install liblmdb-dev)");
+        return;
+    }
+    let dir = scratch();
+    let exe = compile_with("lmdb", dir.path(), &["-llmdb"]);
+    let db = dir.path().join("points");
+    std::fs::create_dir(&db).unwrap();
+    let db_arg = db.to_str().unwrap();
+    let made = run_within(
+        600,
+        &exe,
+        &[db_arg, "200000", "default", "1073741824"],
+        &[],
+        false,
+    );
+    assert_ok(&made, "LMDB under the kernel", "lmdb ok: 200000");
+    let size = std::fs::metadata(db.join("data.mdb")).unwrap().len();
+    assert!(size >= 32 << 20, "the database is {size} bytes");
+    let pattern = format!("{db_arg}/*");
+    let out = run_within(
+        600,
+        &exe,
+        &[db_arg, "200000", "points", "1073741824", "50000"],
+        &[
+            ("UMIO_PRELOAD_PATHS", &pattern),
+            ("UMIO_CACHE_BYTES", "8M"),
+            ("UMIO_STATS", "1"),
+        ],
+        true,
+    );
+    assert_ok(&out, "LMDB point reads under the shim", "lmdb points ok");
+    assert!(stat(&out, "evicted pages") > 0, "the cache evicted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("umio-preload: pid"))
+        .unwrap_or_else(|| panic!("no stats line in:\n{stderr}"));
+    let amplification: f64 = line
+        .split(" bytes read per byte faulted")
+        .next()
+        .and_then(|head| head.split_whitespace().last())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no read amplification in {line}"));
+    assert!(
+        amplification <= 1.2,
+        "{amplification} bytes read per byte faulted: {line}"
+    );
+}
+
 #[test]
 fn threads_map_write_and_allocate_at_once_in_both_modes() {
     let heap = scratch();
