@@ -10,6 +10,8 @@
 //! - [`policy_workload`]: the workload where the eviction policy matters;
 //! - [`sigbus_floor`]: the floor of a miss served in the faulting thread
 //!   from an `O_DIRECT` file;
+//! - [`scan_floor`]: the device's own sequential rate and the floor of a
+//!   scan fed through userfaultfd;
 //! - [`svg`]: the report's charts;
 //! - [`cli`]: the examples' command lines (`--help` for each).
 
@@ -17,5 +19,6 @@ pub mod bench;
 pub mod cli;
 pub mod fault_path;
 pub mod policy_workload;
+pub mod scan_floor;
 pub mod sigbus_floor;
 pub mod svg;

@@ -1,0 +1,174 @@
+//! A sequential scan of an existing file (the sum of every 64-bit word) by
+//! one thread, four ways, in interleaved rounds, each cold: the device's
+//! own rate (2 MiB `O_DIRECT` reads into one buffer), the floor of a scan
+//! fed through userfaultfd (`umio_bench::scan_floor`: a reader thread, one
+//! `O_DIRECT` read and one `UFFDIO_COPY` per 2 MiB window, nothing else),
+//! umio (read-only `map_file` with its defaults: 4 KiB pages, read-ahead;
+//! and with 2 MiB pages), and Linux `mmap` (`MAP_SHARED`, its default
+//! read-ahead). Rates in GB/s, and each over `mmap`'s in the same round.
+//!
+//! Put the process in a memory cgroup to compare at one budget, with
+//! `--cache` below the limit (the floor holds at most `--cache` MiB of the
+//! file too):
+//!
+//! ```text
+//! mkdir /sys/fs/cgroup/memory/umio-bench
+//! echo 256M > /sys/fs/cgroup/memory/umio-bench/memory.limit_in_bytes
+//! echo $$ > /sys/fs/cgroup/memory/umio-bench/tasks
+//! cargo run --release --example scan_limits -- --file /mnt/fast/data --cache 192
+//! ```
+
+use std::error::Error;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use umio::{MapOptions, Runtime};
+use umio_bench::cli::{self, value_parser};
+use umio_bench::scan_floor;
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+const MIB: usize = 1 << 20;
+
+struct Args {
+    file: PathBuf,
+    cache_mib: usize,
+    rounds: usize,
+}
+
+fn args() -> Result<Args> {
+    let m = cli::command(
+        "scan_limits",
+        "A sequential scan of a file four ways, interleaved: the device's own O_DIRECT rate, \
+         the floor of a scan fed through userfaultfd, umio (4 KiB and 2 MiB pages) and Linux \
+         mmap. Run it in a memory cgroup to compare at one budget.",
+    )
+    .arg(
+        cli::opt_none("file", "PATH", "the data file (read only; required)")
+            .value_parser(value_parser!(PathBuf)),
+    )
+    .arg(
+        cli::opt(
+            "cache",
+            "MiB",
+            "192",
+            "umio's cache, and what the floor keeps",
+        )
+        .value_parser(value_parser!(usize)),
+    )
+    .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
+    .get_matches();
+    Ok(Args {
+        file: cli::get_opt(&m, "file").ok_or("--file is required")?,
+        cache_mib: cli::get(&m, "cache"),
+        rounds: cli::get::<usize>(&m, "rounds").max(1),
+    })
+}
+
+/// Drops the file's pages from the kernel's page cache: every run is cold.
+fn drop_cache(path: &Path) -> Result<()> {
+    let f = File::open(path)?;
+    // SAFETY: fdatasync and fadvise on a descriptor we own.
+    unsafe {
+        libc::fdatasync(f.as_raw_fd());
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+    Ok(())
+}
+
+fn sum(data: &[u8]) -> u64 {
+    let (head, words, tail) = {
+        // SAFETY: any bytes are valid u64s; the slice is only read.
+        unsafe { data.align_to::<u64>() }
+    };
+    assert!(head.is_empty() && tail.is_empty(), "a page-aligned mapping");
+    words.iter().fold(0u64, |s, &w| s.wrapping_add(w))
+}
+
+/// umio's scan: bytes per second and the sum.
+fn umio_scan(path: &Path, cache: usize, page_size: usize) -> Result<(f64, u64)> {
+    let rt = Runtime::builder()
+        .cache_bytes(cache as u64)
+        .page_size(page_size)
+        .build()?;
+    let map = rt.map_file(&File::open(path)?, MapOptions::new())?;
+    let len = map.len() / scan_floor::WINDOW * scan_floor::WINDOW;
+    let t = Instant::now();
+    let total = sum(&map[..len]);
+    Ok((len as f64 / t.elapsed().as_secs_f64(), total))
+}
+
+/// Linux `mmap`'s scan: bytes per second and the sum.
+fn mmap_scan(path: &Path) -> Result<(f64, u64)> {
+    let f = File::open(path)?;
+    let len = usize::try_from(f.metadata()?.len())? / scan_floor::WINDOW * scan_floor::WINDOW;
+    // SAFETY: a new read-only shared mapping of the file, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let t = Instant::now();
+    // SAFETY: the mapping above, len bytes, read only here.
+    let total = sum(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) });
+    let rate = len as f64 / t.elapsed().as_secs_f64();
+    // SAFETY: the mapping above, no longer used.
+    unsafe { libc::munmap(p, len) };
+    Ok((rate, total))
+}
+
+fn main() -> Result<()> {
+    let a = args()?;
+    let cache = a.cache_mib * MIB;
+    println!(
+        "{} ({} MiB), umio cache and floor budget {} MiB; GB/s, and / mmap in the same round",
+        a.file.display(),
+        std::fs::metadata(&a.file)?.len() >> 20,
+        a.cache_mib
+    );
+    println!(
+        "{:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6}",
+        "round", "device", "uffd floor", "umio 4 KiB", "umio 2 MiB", "mmap"
+    );
+    for round in 1..=a.rounds {
+        let mut rates = Vec::new();
+        let mut sums = Vec::new();
+        let sides: [&dyn Fn() -> Result<(f64, u64)>; 5] = [
+            &|| scan_floor::device_scan_rate(&a.file),
+            &|| scan_floor::copy_floor_rate(&a.file, cache),
+            &|| umio_scan(&a.file, cache, 4096),
+            &|| umio_scan(&a.file, cache, 2 * MIB),
+            &|| mmap_scan(&a.file),
+        ];
+        for side in sides {
+            drop_cache(&a.file)?;
+            let (rate, total) = side()?;
+            rates.push(rate / 1e9);
+            sums.push(total);
+        }
+        if sums.iter().any(|&s| s != sums[0]) {
+            return Err(format!("the sides' sums differ: {sums:x?}").into());
+        }
+        let mmap = rates[4];
+        let cell = |r: f64| format!("{r:.2} ({:.2}x)", r / mmap);
+        println!(
+            "{round:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6.2}",
+            cell(rates[0]),
+            cell(rates[1]),
+            cell(rates[2]),
+            cell(rates[3]),
+            mmap
+        );
+    }
+    Ok(())
+}
