@@ -4,8 +4,14 @@
 //! fed through userfaultfd (`umio_bench::scan_floor`: a reader thread, one
 //! `O_DIRECT` read and one `UFFDIO_COPY` per 2 MiB window, nothing else),
 //! umio (read-only `map_file` with its defaults: 4 KiB pages, read-ahead;
-//! and with 2 MiB pages), and Linux `mmap` (`MAP_SHARED`, its default
-//! read-ahead). Rates in GB/s, and each over `mmap`'s in the same round.
+//! with 2 MiB pages of ordinary memory; and, where the hugetlbfs pool holds
+//! the cache, with 2 MiB hugetlbfs pages, `MapOptions::hugetlb`), and Linux
+//! `mmap` (`MAP_SHARED`, its default read-ahead). Rates in GB/s, and each
+//! over `mmap`'s in the same round.
+//!
+//! The hugetlbfs pool is memory of its own, outside a memory cgroup's
+//! limit: its column holds the cache in huge pages beside the limit, and
+//! says so.
 //!
 //! Put the process in a memory cgroup to compare at one budget, with
 //! `--cache` below the limit (the floor holds at most `--cache` MiB of the
@@ -88,12 +94,17 @@ fn sum(data: &[u8]) -> u64 {
 }
 
 /// umio's scan: bytes per second and the sum.
-fn umio_scan(path: &Path, cache: usize, page_size: usize) -> Result<(f64, u64)> {
+fn umio_scan(path: &Path, cache: usize, page_size: usize, hugetlb: bool) -> Result<(f64, u64)> {
     let rt = Runtime::builder()
         .cache_bytes(cache as u64)
         .page_size(page_size)
         .build()?;
-    let map = rt.map_file(&File::open(path)?, MapOptions::new())?;
+    let opts = if hugetlb {
+        MapOptions::new().hugetlb(false)
+    } else {
+        MapOptions::new()
+    };
+    let map = rt.map_file(&File::open(path)?, opts)?;
     let len = map.len() / scan_floor::WINDOW * scan_floor::WINDOW;
     let t = Instant::now();
     let total = sum(&map[..len]);
@@ -127,9 +138,26 @@ fn mmap_scan(path: &Path) -> Result<(f64, u64)> {
     Ok((rate, total))
 }
 
+/// Free pages of the hugetlbfs pool (2 MiB pages).
+fn free_huge_pages() -> usize {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn main() -> Result<()> {
     let a = args()?;
     let cache = a.cache_mib * MIB;
+    // The cache, and two pages of slack for fills in flight.
+    let hugetlb = free_huge_pages() * 2 * MIB >= cache + 4 * MIB;
+    if !hugetlb {
+        println!(
+            "(no hugetlbfs column: the pool holds {} free 2 MiB pages; raise vm.nr_hugepages to {} or more)",
+            free_huge_pages(),
+            cache / (2 * MIB) + 2
+        );
+    }
     println!(
         "{} ({} MiB), umio cache and floor budget {} MiB; GB/s, and / mmap in the same round",
         a.file.display(),
@@ -137,20 +165,25 @@ fn main() -> Result<()> {
         a.cache_mib
     );
     println!(
-        "{:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6}",
-        "round", "device", "uffd floor", "umio 4 KiB", "umio 2 MiB", "mmap"
+        "{:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6}",
+        "round", "device", "uffd floor", "umio 4 KiB", "umio 2 MiB", "2 MiB hugetlb", "mmap"
     );
     for round in 1..=a.rounds {
         let mut rates = Vec::new();
         let mut sums = Vec::new();
-        let sides: [&dyn Fn() -> Result<(f64, u64)>; 5] = [
+        let sides: [&dyn Fn() -> Result<(f64, u64)>; 6] = [
             &|| scan_floor::device_scan_rate(&a.file),
             &|| scan_floor::copy_floor_rate(&a.file, cache),
-            &|| umio_scan(&a.file, cache, 4096),
-            &|| umio_scan(&a.file, cache, 2 * MIB),
+            &|| umio_scan(&a.file, cache, 4096, false),
+            &|| umio_scan(&a.file, cache, 2 * MIB, false),
+            &|| umio_scan(&a.file, cache, 2 * MIB, true),
             &|| mmap_scan(&a.file),
         ];
-        for side in sides {
+        for (k, side) in sides.into_iter().enumerate() {
+            if k == 4 && !hugetlb {
+                rates.push(f64::NAN);
+                continue;
+            }
             drop_cache(&a.file)?;
             let (rate, total) = side()?;
             rates.push(rate / 1e9);
@@ -159,14 +192,21 @@ fn main() -> Result<()> {
         if sums.iter().any(|&s| s != sums[0]) {
             return Err(format!("the sides' sums differ: {sums:x?}").into());
         }
-        let mmap = rates[4];
-        let cell = |r: f64| format!("{r:.2} ({:.2}x)", r / mmap);
+        let mmap = rates[5];
+        let cell = |r: f64| {
+            if r.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{r:.2} ({:.2}x)", r / mmap)
+            }
+        };
         println!(
-            "{round:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6.2}",
+            "{round:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6.2}",
             cell(rates[0]),
             cell(rates[1]),
             cell(rates[2]),
             cell(rates[3]),
+            cell(rates[4]),
             mmap
         );
     }
