@@ -8,6 +8,7 @@
 
 pub(crate) mod mm;
 pub(crate) mod poller;
+pub(crate) mod proc;
 pub(crate) mod signal;
 pub(crate) mod uffd;
 
