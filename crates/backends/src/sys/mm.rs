@@ -96,6 +96,54 @@ impl Drop for SharedMapping {
     }
 }
 
+/// Private anonymous read-write memory, unmapped on drop.
+pub(crate) struct AnonMapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value; what is read and written
+// through its pointer is the owner's to synchronize.
+unsafe impl Send for AnonMapping {}
+
+impl AnonMapping {
+    /// `len` bytes of fresh memory; `None` if the kernel refuses.
+    pub(crate) fn new(len: usize) -> Option<AnonMapping> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(AnonMapping {
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// The first byte; the mapping is `len` bytes, readable and writable.
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.base
+    }
+}
+
+impl Drop for AnonMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping this value made; its owner uses no
+        // pointer into it past this point.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
 /// `mincore` of the first `span` (non-zero) bytes of `file` through a
 /// shared read-only mapping of it made for the call (which itself brings
 /// no page in): one byte per 4 KiB page into `vec`, bit 0 set where the

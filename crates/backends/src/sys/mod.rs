@@ -10,7 +10,9 @@
 //!   (`statx`), punching holes (`fallocate`), page-cache advice
 //!   (`posix_fadvise`);
 //! - `mm.rs`: a file mapped shared (`DaxStore`), anonymous memory (the
-//!   io_uring staging buffers), `mincore` of a file.
+//!   io_uring staging buffers), `mincore` of a file;
+//! - `uring.rs`: registering buffers, queueing entries, waiting for
+//!   completions.
 //!
 //! The C libraries of the optional stores have their declarations and
 //! wrappers beside them: `rados/sys.rs` (librados, safe wrappers) and
@@ -25,3 +27,4 @@
 
 pub(crate) mod fd;
 pub(crate) mod mm;
+pub(crate) mod uring;
