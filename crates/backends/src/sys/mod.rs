@@ -12,7 +12,8 @@
 //! - `mm.rs`: a file mapped shared (`DaxStore`), anonymous memory (the
 //!   io_uring staging buffers), `mincore` of a file;
 //! - `uring.rs`: registering buffers, queueing entries, waiting for
-//!   completions.
+//!   completions;
+//! - `thread.rs` (feature `spdk`): `sched_getcpu`, `atexit`.
 //!
 //! The C libraries of the optional stores have their declarations and
 //! wrappers beside them: `rados/sys.rs` (librados, safe wrappers) and
@@ -27,4 +28,6 @@
 
 pub(crate) mod fd;
 pub(crate) mod mm;
+#[cfg(feature = "spdk")]
+pub(crate) mod thread;
 pub(crate) mod uring;
