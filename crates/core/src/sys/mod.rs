@@ -34,7 +34,8 @@
 //! - the in-thread service's own entry points (`in_thread.rs`): the SIGBUS
 //!   handler reading its arguments ([`signal::bus_fault`]) and chaining
 //!   ([`signal::Action::call`]), the switch onto a slot's stack
-//!   ([`signal::call_on_stack`]) and the slot's scratch on it;
+//!   ([`signal::call_on_stack`]), and what is reached on it through raw
+//!   pointers (the call, the slot and its scratch, the runtime);
 //! - `rcu.rs`: the read-copy-update cell's pointer, loaded and freed;
 //! - `trace.rs`: `rdtsc`, a CPU instruction, not a system call.
 //!
