@@ -20,11 +20,13 @@
 //! `spdk/sys.rs` (SPDK's declarations; `spdk/poller.rs`, the one thread
 //! that calls SPDK, calls them, each call with its `// SAFETY:` line).
 //!
-//! `unsafe` elsewhere in the crate makes no system call: `unsafe impl
-//! Send`/`Sync` for stores holding raw pointers, slices over a store's
-//! own memory (`uring.rs`'s staging slot, `uncached.rs`'s aligned
-//! blocks), `dax.rs`'s non-temporal copies (CPU instructions), the
-//! buffers of a RADOS or SPDK request, and the tests' aligned buffers.
+//! `unsafe` elsewhere in the crate makes no system call: the calls of
+//! `uring.rs`'s unsafe functions, whose buffers the submit loop keeps
+//! alive until their completions; pointers and slices into a store's own
+//! memory (`uring.rs`'s staging slots, `uncached.rs`'s aligned blocks,
+//! from the global allocator); `dax.rs`'s non-temporal copies (CPU
+//! instructions); the buffers of a RADOS or SPDK request; and the tests'
+//! aligned buffers.
 
 pub(crate) mod fd;
 pub(crate) mod mm;
