@@ -2,11 +2,11 @@
 //! shared.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::file::{FileKind, file_len};
+use crate::sys::{fd, mm};
 use crate::{Store, StoreError, StoreOp};
 
 /// How a [`DaxStore`] makes written bytes durable.
@@ -38,21 +38,13 @@ pub enum Persistence {
 /// [`set_len`](Store::set_len) succeeds only for lengths it already has,
 /// so a writable region must lie within the store.
 pub struct DaxStore {
-    base: *mut u8,
+    map: mm::SharedMapping,
     len: usize,
     writable: bool,
     persistence: Persistence,
     copied: AtomicU64,
     _file: File,
 }
-
-// SAFETY: the mapping is shared memory owned by the store; every access
-// goes through `read_at`/`write_at` (copies, synchronized by the caller
-// for overlapping ranges as for any store) or the slice `as_mapped` hands
-// out, which only reads.
-unsafe impl Send for DaxStore {}
-// SAFETY: as for Send; `&self` methods only copy bytes in or out.
-unsafe impl Sync for DaxStore {}
 
 impl std::fmt::Debug for DaxStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,10 +56,6 @@ impl std::fmt::Debug for DaxStore {
     }
 }
 
-/// `MAP_SYNC` and `MAP_SHARED_VALIDATE`, from `<linux/mman.h>`.
-const MAP_SHARED_VALIDATE: i32 = 0x03;
-const MAP_SYNC: i32 = 0x80000;
-
 impl DaxStore {
     /// Maps all of `file` (open for reading, or reading and writing).
     /// Tries `MAP_SYNC` first (real persistent memory), then falls back to
@@ -78,36 +66,20 @@ impl DaxStore {
         let len = file_len(&file, kind.block_device)?;
         let len =
             usize::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
-        let prot = if kind.writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        let map = |flags: i32| {
-            // SAFETY: a fresh mapping of the file chosen by the kernel; no
-            // existing memory is touched.
-            let p =
-                unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
-            (p != libc::MAP_FAILED).then_some(p.cast::<u8>())
-        };
-        let (base, persistence) = if len == 0 {
-            (
-                std::ptr::NonNull::<u8>::dangling().as_ptr(),
-                Persistence::Msync,
-            )
-        } else if let Some(p) = kind
+        let map = |flags: i32| mm::SharedMapping::new(&file, len, kind.writable, flags);
+        let (map, persistence) = if len == 0 {
+            (mm::SharedMapping::empty(), Persistence::Msync)
+        } else if let Some(m) = kind
             .writable
-            .then(|| map(MAP_SHARED_VALIDATE | MAP_SYNC))
+            .then(|| map(mm::MAP_SHARED_VALIDATE | mm::MAP_SYNC).ok())
             .flatten()
         {
-            (p, Persistence::CacheFlush)
-        } else if let Some(p) = map(libc::MAP_SHARED) {
-            (p, Persistence::Msync)
+            (m, Persistence::CacheFlush)
         } else {
-            return Err(std::io::Error::last_os_error());
+            (map(libc::MAP_SHARED)?, Persistence::Msync)
         };
         Ok(DaxStore {
-            base,
+            map,
             len,
             writable: kind.writable,
             persistence,
@@ -132,9 +104,8 @@ impl DaxStore {
         if !meta.file_type().is_char_device() {
             return None;
         }
-        // SAFETY: F_GETFL reads the descriptor's flags, touches no memory.
-        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-        (flags >= 0).then_some(FileKind {
+        let flags = fd::status_flags(file).ok()?;
+        Some(FileKind {
             writable: flags & libc::O_ACCMODE == libc::O_RDWR,
             block_device: true,
         })
@@ -166,16 +137,6 @@ impl DaxStore {
     }
 }
 
-impl Drop for DaxStore {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: unmaps the mapping this store made; `as_mapped`
-            // slices borrow the store, so none outlives it.
-            unsafe { libc::munmap(self.base.cast(), self.len) };
-        }
-    }
-}
-
 impl Store for DaxStore {
     fn len(&self) -> Result<u64, StoreError> {
         Ok(self.len as u64)
@@ -201,9 +162,7 @@ impl Store for DaxStore {
         let r = self.range(StoreOp::Read, offset, buf.len())?;
         let end = r.end.min(self.len);
         let n = end - r.start;
-        // SAFETY: start..end lies within the mapping.
-        let src = unsafe { std::slice::from_raw_parts(self.base.add(r.start), n) };
-        buf[..n].copy_from_slice(src);
+        buf[..n].copy_from_slice(&self.map.as_slice()[r.start..end]);
         self.copied.fetch_add(n as u64, Relaxed);
         Ok(n)
     }
@@ -220,7 +179,7 @@ impl Store for DaxStore {
         // write overlapping ranges at once (Store's contract).
         unsafe {
             nt::copy(
-                self.base.add(r.start),
+                self.map.as_mut_ptr().add(r.start),
                 buf,
                 self.persistence == Persistence::CacheFlush,
             )
@@ -237,19 +196,10 @@ impl Store for DaxStore {
                 nt::fence();
                 Ok(())
             }
-            Persistence::Msync => {
-                // SAFETY: msync of the store's own mapping.
-                let rc = unsafe { libc::msync(self.base.cast(), self.len, libc::MS_SYNC) };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(StoreError::from_io(
-                        StoreOp::Sync,
-                        0,
-                        &std::io::Error::last_os_error(),
-                    ))
-                }
-            }
+            Persistence::Msync => self
+                .map
+                .sync()
+                .map_err(|e| StoreError::from_io(StoreOp::Sync, 0, &e)),
         }
     }
 
@@ -265,12 +215,7 @@ impl Store for DaxStore {
     }
 
     fn as_mapped(&self) -> Option<&[u8]> {
-        if self.len == 0 {
-            return Some(&[]);
-        }
-        // SAFETY: the mapping is readable for `len` bytes for as long as
-        // the store lives; the slice borrows the store.
-        Some(unsafe { std::slice::from_raw_parts(self.base, self.len) })
+        Some(self.map.as_slice())
     }
 }
 

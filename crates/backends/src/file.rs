@@ -1,5 +1,4 @@
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use crate::{Store, StoreError, StoreOp};
@@ -110,12 +109,7 @@ impl FileKind {
     /// Checks that `file` is a regular file or block device open for
     /// reading, and whether it is open for writing too.
     pub(crate) fn inspect(file: &File) -> std::io::Result<FileKind> {
-        // SAFETY: F_GETFL on a descriptor we own reads its flags and
-        // touches no memory.
-        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-        if flags < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let flags = crate::sys::fd::status_flags(file)?;
         let mode = flags & libc::O_ACCMODE;
         if mode == libc::O_WRONLY {
             return Err(std::io::Error::from_raw_os_error(libc::EACCES));
@@ -195,20 +189,8 @@ pub(crate) fn file_punch_hole(
     if n == 0 {
         return Ok(());
     }
-    // SAFETY: fallocate on a descriptor we own; no memory is passed.
-    let r = unsafe {
-        libc::fallocate(
-            std::os::fd::AsRawFd::as_raw_fd(file),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            off,
-            n,
-        )
-    };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(StoreError::from_io(StoreOp::PunchHole, offset, &e));
-    }
-    Ok(())
+    crate::sys::fd::punch_hole(file, off, n)
+        .map_err(|e| StoreError::from_io(StoreOp::PunchHole, offset, &e))
 }
 
 /// `fdatasync`, for a descriptor open for writing.

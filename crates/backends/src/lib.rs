@@ -59,6 +59,7 @@ mod rados;
 mod request;
 #[cfg(feature = "spdk")]
 mod spdk;
+mod sys;
 mod uncached;
 mod uring;
 

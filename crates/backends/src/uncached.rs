@@ -25,6 +25,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, OnceLock};
 
+use crate::sys::{fd, mm};
 use crate::{FileStore, IoRequest, Store, StoreError, StoreOp, UringOptions, UringStore};
 
 /// Largest direct I/O alignment umio's page-granular requests satisfy.
@@ -67,23 +68,11 @@ struct Counters {
 /// larger of the memory and offset alignments) where the file system
 /// supports `O_DIRECT`, `None` where it does not or does not say.
 pub fn dio_alignment(file: &File) -> Option<u32> {
-    // SAFETY: statx is plain old data; all zeros is a valid value.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor itself;
-    // the kernel writes only into `stx`, which outlives the call.
-    let r = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        )
-    };
-    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
+    let (mem_align, offset_align) = fd::dio_align(file)?;
+    if offset_align == 0 {
         return None;
     }
-    Some(stx.stx_dio_mem_align.max(stx.stx_dio_offset_align))
+    Some(mem_align.max(offset_align))
 }
 
 /// Bytes of `file` the kernel's page cache holds now (`mincore` of a
@@ -95,31 +84,9 @@ pub fn cached_bytes(file: &File) -> std::io::Result<(u64, u64)> {
         return Ok((0, 0));
     }
     let span = usize::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: a fresh shared read-only mapping of the file; nothing is
-    // read through it, it is only given to mincore and unmapped here.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
     let pages = span.div_ceil(4096);
     let mut vec = vec![0u8; pages];
-    // SAFETY: `vec` has one byte per 4 KiB page of the mapping.
-    let r = unsafe { libc::mincore(p, span, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmaps the mapping made above.
-    unsafe { libc::munmap(p, span) };
-    if r != 0 {
-        return Err(err);
-    }
+    mm::file_residency(file, span, &mut vec)?;
     let resident = vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
     Ok(((resident * 4096).min(len), len))
 }
@@ -130,8 +97,7 @@ fn drop_cached(file: &File, offset: u64, len: u64) {
     let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
         return;
     };
-    // SAFETY: advice on a descriptor we own; no memory is touched.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+    fd::drop_cached(file, off, len);
 }
 
 /// One block of memory aligned for `O_DIRECT`.

@@ -10,6 +10,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use io_uring::{IoUring, opcode, types};
 
 use crate::file::{FileKind, file_len, file_punch_hole, file_set_len, file_sync};
+use crate::sys::mm::AnonMapping;
+use crate::sys::uring;
 use crate::{IoRequest, Store, StoreError, StoreOp};
 
 /// The alignment `O_DIRECT` requests keep: offsets, lengths and buffer
@@ -117,35 +119,18 @@ struct Counters {
     bounced: AtomicU64,
 }
 
-/// Registered staging buffers of one ring, in one anonymous mapping.
+/// Registered staging buffers of one ring, in one anonymous mapping
+/// (owned by the ring that holds it and used only by the thread holding
+/// that ring).
 struct Bounce {
-    base: *mut u8,
+    map: AnonMapping,
     registered: bool,
 }
 
-// SAFETY: the mapping is owned by the ring that holds it and used only by
-// the thread holding that ring.
-unsafe impl Send for Bounce {}
-
 impl Bounce {
     fn new(ring: &IoUring) -> Option<Bounce> {
-        let len = BOUNCE_SIZE * BOUNCE_SLOTS;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let base = p.cast::<u8>();
+        let map = AnonMapping::new(BOUNCE_SIZE * BOUNCE_SLOTS)?;
+        let base = map.as_mut_ptr();
         let iovecs: Vec<libc::iovec> = (0..BOUNCE_SLOTS)
             .map(|i| libc::iovec {
                 // SAFETY: within the mapping just made.
@@ -154,23 +139,16 @@ impl Bounce {
             })
             .collect();
         // SAFETY: the buffers stay mapped until this Bounce is dropped,
-        // which happens only after its ring is (field order in Ring).
-        let registered = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
-        Some(Bounce { base, registered })
+        // which happens only after its ring is (field order in Ring); no
+        // request uses them then (every submit waits for all of its
+        // completions).
+        let registered = unsafe { uring::register_buffers(ring, &iovecs) };
+        Some(Bounce { map, registered })
     }
 
     fn slot(&self, i: usize) -> *mut u8 {
         // SAFETY: i < BOUNCE_SLOTS, within the mapping.
-        unsafe { self.base.add(i * BOUNCE_SIZE) }
-    }
-}
-
-impl Drop for Bounce {
-    fn drop(&mut self) {
-        // SAFETY: unmaps the mapping this value made; no request uses it
-        // (the ring is dropped first, and every submit waits for all of
-        // its completions).
-        unsafe { libc::munmap(self.base.cast(), BOUNCE_SIZE * BOUNCE_SLOTS) };
+        unsafe { self.map.as_mut_ptr().add(i * BOUNCE_SIZE) }
     }
 }
 
@@ -466,7 +444,7 @@ impl UringStore {
                 // or this ring's staging slot) stays valid and unused by
                 // anything else until its completion, which this function
                 // waits for before returning.
-                if unsafe { r.ring.submission().push(&e) }.is_err() {
+                if !unsafe { uring::push(&mut r.ring, &e) } {
                     queue.push_front(i);
                     break;
                 }
@@ -482,8 +460,7 @@ impl UringStore {
                 r.ring.submit_and_wait(1)
             } else {
                 // Reap what the kernel holds; submit nothing more.
-                // SAFETY: GETEVENTS with nothing to submit only waits.
-                unsafe { r.ring.submitter().enter::<libc::sigset_t>(0, 1, 1, None) }.map(|_| 0)
+                uring::wait_completions(&r.ring, 1).map(|_| 0)
             };
             match entered {
                 Ok(n) => {

@@ -471,7 +471,21 @@ impl Drop for Anon {
 }
 
 // The minimal handler speaks to the kernel directly (the ioctl numbers as
-// in crates/core/src/sys/uffd.rs).
+// in crates/core/src/sys/uffd.rs, in the asm-generic `_IOC` encoding,
+// which Alpha, MIPS, PowerPC and SPARC do not use: refuse to build there).
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "riscv32",
+    target_arch = "s390x",
+    target_arch = "loongarch64",
+)))]
+compile_error!(
+    "umio-bench's userfaultfd ioctl numbers use the asm-generic _IOC encoding, which this architecture does not"
+);
 const fn ioc(dir: u64, nr: u64, size: usize) -> libc::c_ulong {
     ((dir << 30) | ((size as u64) << 16) | (0xAA << 8) | nr) as libc::c_ulong
 }

@@ -21,9 +21,11 @@
 //!
 //! [`Builder::cache_bytes_auto`]: crate::Builder::cache_bytes_auto
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use crate::sys::proc;
 
 /// How often the bound is reconsidered without a pressure event.
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);
@@ -201,23 +203,7 @@ fn psi_some_avg10() -> Option<f64> {
 /// 100 ms within a second. `None` where PSI is absent or the process may
 /// not create triggers; the thread then only wakes every [`PERIOD`].
 pub(crate) fn psi_trigger() -> Option<OwnedFd> {
-    let path = c"/proc/pressure/memory";
-    // SAFETY: opens a path from a C string literal.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: fd is fresh and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let trigger = b"some 100000 1000000\0";
-    // SAFETY: writes the bytes of a live array.
-    let n = unsafe { libc::write(fd.as_raw_fd(), trigger.as_ptr().cast(), trigger.len()) };
-    (n > 0).then_some(fd)
+    proc::memory_pressure_trigger(b"some 100000 1000000\0")
 }
 
 /// One decision of the automatic bound: the regular pool's new bound, or

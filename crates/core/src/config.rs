@@ -490,12 +490,9 @@ pub fn default_fillers() -> usize {
 
 /// The default cache bound: a quarter of physical memory, 64 MiB to 4 GiB.
 pub fn default_cache_bytes() -> u64 {
-    // SAFETY: sysconf reads a system constant.
-    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
-    let total = if pages > 0 {
-        pages as u64 * 4096
-    } else {
-        1 << 30
+    let total = match crate::sys::proc::phys_pages() {
+        Some(pages) => pages * 4096,
+        None => 1 << 30,
     };
     (total / 4).clamp(64 << 20, 4 << 30)
 }

@@ -91,11 +91,9 @@ impl Shared {
         self.trace_step(Step::StoreRead);
         let dirty = write && region.writable;
         let wp = region.writable && !dirty;
-        // SAFETY: src is ps readable bytes: our staging buffer, or the
-        // store's mapping, which lives as long as the store.
         // DONTWAKE: the faulting thread must not run (and, say, call
         // `flush` after a write) before the page's state is recorded.
-        let copied = unsafe { self.install(addr, src, ps, wp, true) };
+        let copied = self.install(addr, src, wp, true);
         if let Err(e) = copied {
             self.budget_of(region).release(ps as u64);
             if region.is_closing() {
@@ -148,7 +146,7 @@ impl Shared {
 
     /// Reads one page from the store into this worker's staging buffer,
     /// zero-filled past the store's end. `None` (logged) if it failed.
-    fn read_page(&self, w: &mut Scratch, region: &Region, page: usize) -> Option<*const u8> {
+    fn read_page<'w>(&self, w: &'w mut Scratch, region: &Region, page: usize) -> Option<&'w [u8]> {
         let ps = region.page_size;
         let valid = region.valid_bytes(page, 1);
         let buf = match w.buf.get(ps) {
@@ -168,7 +166,7 @@ impl Shared {
                 region.stats.bytes_read.fetch_add(n as u64, Relaxed);
                 region.stats.fills.fetch_add(1, Relaxed);
                 buf[n..ps].fill(0);
-                Some(buf.as_ptr())
+                Some(&buf[..ps])
             }
             Err(e) => {
                 log::warn!("umio: {} store: {e}", region.store.name());
@@ -274,33 +272,21 @@ impl Shared {
         });
     }
 
-    /// `UFFDIO_COPY`, discarding whatever a page of the range unexpectedly
-    /// holds (EEXIST) and trying once more. A range the kernel refuses
-    /// because it spans several VMAs (an `mprotect` of part of a page, or
-    /// of part of a run, splits them) is copied in pieces, each within one
-    /// VMA and taking its protection (see [`per_vma`]).
-    ///
-    /// # Safety
-    /// `src..src+len` must be readable.
-    unsafe fn install(
-        &self,
-        dst: usize,
-        src: *const u8,
-        len: usize,
-        wp: bool,
-        dontwake: bool,
-    ) -> Result<(), i32> {
-        per_vma(dst, len, |at, n| {
-            // SAFETY: `at - dst + n <= len`: within the caller's source.
-            let from = unsafe { src.add(at - dst) };
-            // SAFETY: forwarded from the caller, for this piece.
-            match unsafe { self.uffd().copy(at, from, n, wp, dontwake) } {
+    /// `UFFDIO_COPY` of `src` to `dst`, discarding whatever a page of the
+    /// range unexpectedly holds (EEXIST) and trying once more. A range the
+    /// kernel refuses because it spans several VMAs (an `mprotect` of part
+    /// of a page, or of part of a run, splits them) is copied in pieces,
+    /// each within one VMA and taking its protection (see [`per_vma`]).
+    fn install(&self, dst: usize, src: &[u8], wp: bool, dontwake: bool) -> Result<(), i32> {
+        per_vma(dst, src.len(), |at, n| {
+            // `at - dst + n <= src.len()`: within the source.
+            let from = &src[at - dst..at - dst + n];
+            match self.uffd().copy(at, from, wp, dontwake) {
                 Err(libc::EEXIST) => {
                     // We hold every page of the range busy and Empty, so a
                     // present page is stale: drop it and copy again.
                     mm::advise(at, n, libc::MADV_DONTNEED)?;
-                    // SAFETY: as above.
-                    unsafe { self.uffd().copy(at, from, n, wp, dontwake) }
+                    self.uffd().copy(at, from, wp, dontwake)
                 }
                 r => r,
             }
@@ -480,11 +466,11 @@ impl Shared {
     /// it holds all of those pages' bytes.
     ///
     /// [`Store::as_mapped`]: umio_backends::Store::as_mapped
-    fn direct_source(&self, region: &Region, page: usize, count: usize) -> Option<*const u8> {
+    fn direct_source<'r>(&self, region: &'r Region, page: usize, count: usize) -> Option<&'r [u8]> {
         let mapped = region.store.as_mapped()?;
         let start = usize::try_from(region.store_offset(page)).ok()?;
         let end = start.checked_add(count * region.page_size)?;
-        (end <= mapped.len()).then(|| mapped[start..end].as_ptr())
+        (end <= mapped.len()).then(|| &mapped[start..end])
     }
 
     /// Reads and installs `runs`, each held busy and Empty with its cache
@@ -494,7 +480,7 @@ impl Shared {
     /// filled and whether every run was.
     fn fill_runs(&self, w: &mut Scratch, region: &Region, runs: &[Range<usize>]) -> (usize, bool) {
         let ps = region.page_size;
-        let direct: PerRun<Option<*const u8>> = runs
+        let direct: PerRun<Option<&[u8]>> = runs
             .iter()
             .map(|r| self.direct_source(region, r.start, r.len()))
             .collect();
@@ -565,7 +551,7 @@ impl Shared {
                             self.counters().bytes_read.fetch_add(n as u64, Relaxed);
                             region.stats.bytes_read.fetch_add(n as u64, Relaxed);
                             mine[n..].fill(0);
-                            mine.as_ptr()
+                            &*mine
                         }
                         r => {
                             // A prefetch failure is not reported: the fault
@@ -579,17 +565,7 @@ impl Shared {
                     }
                 }
             };
-            // SAFETY: src is `bytes` readable bytes: our staging buffer, or
-            // the store's mapping, which lives as long as the store.
-            let copied = unsafe {
-                self.install(
-                    region.page_addr(run.start),
-                    src,
-                    bytes,
-                    region.writable,
-                    true,
-                )
-            };
+            let copied = self.install(region.page_addr(run.start), src, region.writable, true);
             if let Err(e) = copied {
                 log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
                 fail(run);

@@ -185,7 +185,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
         // returns: a SIGBUS in between finds it unset and chains to
         // `previous` through `PREVIOUS`.
         let previous = signal::install_sigbus(on_sigbus)?;
-        let _ = PREVIOUS.set(Previous(previous));
+        let _ = PREVIOUS.set(previous);
         Ok(Service {
             table: RcuCell::new(Table::default()),
             slots: slots.into_boxed_slice(),
@@ -198,12 +198,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
     }
 }
 
-struct Previous(libc::sigaction);
-// SAFETY: plain data.
-unsafe impl Send for Previous {}
-// SAFETY: plain data.
-unsafe impl Sync for Previous {}
-static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+static PREVIOUS: OnceLock<signal::Action> = OnceLock::new();
 
 fn service() -> Option<&'static Service> {
     SERVICE.get().and_then(|s| s.as_ref().ok())
@@ -279,9 +274,9 @@ struct Call {
 
 /// The SIGBUS handler.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel's `errno` of this thread, saved and restored so
-    // that the interrupted code does not see ours.
-    let saved_errno = unsafe { *libc::__errno_location() };
+    // The kernel's `errno` of this thread, saved and restored so that the
+    // interrupted code does not see ours.
+    let saved_errno = signal::errno_value();
     // SAFETY: the handler's own arguments.
     let fault = unsafe { signal::bus_fault(info, ctx) };
     let verdict = if fault.code == libc::BUS_ADRERR {
@@ -290,10 +285,10 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         Verdict::NotOurs
     };
     if verdict != Verdict::Retry {
-        chain(sig, info, ctx);
+        // SAFETY: the handler's own arguments.
+        unsafe { chain(sig, info, ctx) };
     }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = saved_errno };
+    signal::set_errno(saved_errno);
 }
 
 /// Serves a fault at `fault.addr` if it is umio's, on a slot's stack.
@@ -402,45 +397,26 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
 /// Passes a SIGBUS on to the handler umio's replaced, as the kernel would
 /// have: its own function, or the default action (restored, so that the
 /// retried access raises it).
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(Previous(prev)) = PREVIOUS.get() else {
+///
+/// # Safety
+/// `sig`, `info` and `ctx` are the arguments of the SIGBUS handler
+/// running now.
+unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(prev) = PREVIOUS.get() else {
         return;
     };
-    let h = prev.sa_sigaction;
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+    if !prev.is_handler() {
         // The access is retried and faults again: now the kernel's default
         // action for SIGBUS (it cannot be ignored for a fault) ends the
         // process, as it would have without umio.
-        signal::restore_sigbus(prev);
+        prev.restore_sigbus();
         return;
     }
     // The application's handler runs with the mask it asked for, added to
     // the interrupted code's.
-    if !ctx.is_null() {
-        // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
-        let mut mask = unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask };
-        for s in 1..libc::SIGRTMAX() {
-            // SAFETY: valid sigset_t values.
-            if unsafe { libc::sigismember(&prev.sa_mask, s) } == 1 {
-                // SAFETY: as above.
-                unsafe { libc::sigaddset(&mut mask, s) };
-            }
-        }
-        if prev.sa_flags & libc::SA_NODEFER == 0 {
-            // SAFETY: as above.
-            unsafe { libc::sigaddset(&mut mask, sig) };
-        }
-        signal::set_mask(&mask);
-    }
-    if prev.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the application installed this SA_SIGINFO handler.
-        let f: signal::SigAction = unsafe { std::mem::transmute(h) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the application installed this plain handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
-        f(sig);
-    }
+    // SAFETY: a function of the application's; the arguments are
+    // forwarded from the caller.
+    unsafe { prev.call(sig, info, ctx) };
 }
 
 #[cfg(test)]

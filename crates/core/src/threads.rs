@@ -217,7 +217,6 @@ fn autosize_main(shared: Arc<Shared>) {
                 revents: 0,
             },
         ];
-        // SAFETY: polls two live pollfd structs (a negative fd is ignored).
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, PERIOD.as_millis() as i32) };
+        let _ = crate::sys::poller::poll(&mut fds, PERIOD.as_millis() as i32);
     }
 }

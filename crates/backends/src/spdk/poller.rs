@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::sys;
 use super::{Opened, SpdkEnvOptions, SpdkError, hugepages_free};
+use crate::sys::thread;
 use crate::{StoreError, StoreOp};
 
 /// What callers ask of the polling thread.
@@ -105,8 +106,7 @@ impl Shared {
         // bound is time, not turns: a `pause` costs from 10 to 140 cycles
         // depending on the CPU.
         let poller_cpu = self.poller_cpu.load(Relaxed);
-        // SAFETY: sched_getcpu has no preconditions.
-        let on_poller_cpu = || unsafe { libc::sched_getcpu() } == poller_cpu;
+        let on_poller_cpu = || thread::current_cpu() == poller_cpu;
         let same_cpu = on_poller_cpu();
         job.same_cpu.set(same_cpu);
         self.send(Cmd::Io(JobPtr(job)));
@@ -345,8 +345,7 @@ pub(crate) fn spawn(
             match Poller::start(&opts, no_huge, config, shared.clone()) {
                 Ok(mut p) => {
                     let _ = SHARED.set(shared.clone());
-                    // SAFETY: registers a plain function without arguments.
-                    unsafe { libc::atexit(stop_at_exit) };
+                    thread::at_exit(stop_at_exit);
                     let _ = tx.send(Ok(shared));
                     p.run();
                     // Stopped for the process's exit: SPDK and DPDK tear
@@ -411,10 +410,7 @@ impl Poller {
             return Err(fail("spdk_env_init", rc));
         }
         // DPDK has pinned this thread to its main core.
-        // SAFETY: sched_getcpu has no preconditions.
-        shared
-            .poller_cpu
-            .store(unsafe { libc::sched_getcpu() }, Relaxed);
+        shared.poller_cpu.store(thread::current_cpu(), Relaxed);
         // SAFETY: plain setters and constructors of SPDK's thread library,
         // called once, on this thread, after the environment is up.
         let thread = unsafe {

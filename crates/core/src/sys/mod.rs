@@ -1,5 +1,43 @@
 //! Raw system calls: userfaultfd ioctls, anonymous memory, epoll and
-//! eventfd. Everything above this module is safe Rust.
+//! eventfd, signals, and what the process asks of the system about memory.
+//!
+//! The rule: a system call or a libc call is made only here, through a
+//! safe wrapper where the call's soundness does not depend on its caller,
+//! and an `unsafe fn` with a `# Safety` section where it does (a range to
+//! replace, a signal handler's arguments, a stack to switch to). The
+//! modules, one kernel interface each:
+//!
+//! - `uffd.rs`: the userfaultfd descriptor, its ioctls and messages;
+//! - `mm.rs`: anonymous memory (`mmap`, `munmap`, `madvise`,
+//!   `process_madvise`), staging buffers;
+//! - `poller.rs`: epoll, eventfd, `poll`;
+//! - `signal.rs`: the SIGBUS handler's installation and chaining, `errno`
+//!   in a handler, signal masks, futexes, `gettid`, the in-thread
+//!   service's stacks and the switch onto one;
+//! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
+//!   trigger.
+//!
+//! `unsafe` outside `sys/` in umio-core makes no system call; each block
+//! has its `// SAFETY:` line. Where it is, and why it is not here:
+//!
+//! - `unsafe impl Send`/`Sync` for types holding raw pointers:
+//!   `mapping.rs` (`Mapping`), `in_thread.rs` (`Slot`, `Entry`), `rcu.rs`
+//!   (`RcuCell`);
+//! - the memory a region maps, read as a slice: `Mapping`'s accessors
+//!   (`mapping.rs`) and the dirty run handed to the store in
+//!   `writeback.rs`; the pages' lifetime is the region's protocol, not a
+//!   kernel interface;
+//! - public `unsafe fn`s whose contract is the caller's:
+//!   `MapOptions::fixed_address` and `Mapping::unmap_range_shared`
+//!   (`mapping.rs`), and the call of [`mm::map_anonymous_fixed`] in
+//!   `create.rs` that relies on the first;
+//! - the in-thread service's own entry points (`in_thread.rs`): the SIGBUS
+//!   handler reading its arguments ([`signal::bus_fault`]) and chaining
+//!   ([`signal::Action::call`]), the switch onto a slot's stack
+//!   ([`signal::call_on_stack`]), and what is reached on it through raw
+//!   pointers (the call, the slot and its scratch, the runtime);
+//! - `rcu.rs`: the read-copy-update cell's pointer, loaded and freed;
+//! - `trace.rs`: `rdtsc`, a CPU instruction, not a system call.
 //!
 //! umio talks to userfaultfd through its own small definitions over `libc`
 //! rather than the `userfaultfd` crate: that crate needs libclang at build
@@ -8,6 +46,7 @@
 
 pub(crate) mod mm;
 pub(crate) mod poller;
+pub(crate) mod proc;
 pub(crate) mod signal;
 pub(crate) mod uffd;
 

@@ -101,3 +101,13 @@ impl Poller {
         }
     }
 }
+
+/// `poll(2)`: waits at most `timeout_ms` (-1: no limit) for events on
+/// `fds` (a negative descriptor is skipped) and returns how many have
+/// some (their `revents` set), or the errno.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i32> {
+    // SAFETY: `fds` is `fds.len()` live pollfd structs, which the kernel
+    // reads and writes back.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 { Err(errno()) } else { Ok(n as usize) }
+}

@@ -18,7 +18,7 @@ pub(crate) type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mu
 /// SA_RESTART`, every catchable signal blocked while it runs (so that no
 /// application handler runs on top of a fill in progress), and returns the
 /// action it replaced.
-pub(crate) fn install_sigbus(handler: SigAction) -> Result<libc::sigaction, i32> {
+pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     // SAFETY: zeroed sigaction structs are valid (no handler, empty
     // mask); every field the kernel reads is set below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -32,13 +32,88 @@ pub(crate) fn install_sigbus(handler: SigAction) -> Result<libc::sigaction, i32>
     if unsafe { libc::sigaction(libc::SIGBUS, &new, &mut old) } != 0 {
         return Err(errno());
     }
-    Ok(old)
+    Ok(Action(old))
 }
 
-/// Puts `action` back as SIGBUS's action.
-pub(crate) fn restore_sigbus(action: &libc::sigaction) {
-    // SAFETY: a valid sigaction struct, as returned by the kernel.
-    unsafe { libc::sigaction(libc::SIGBUS, action, std::ptr::null_mut()) };
+/// A signal action as the kernel returned it: the one umio's SIGBUS
+/// handler replaced, which it passes foreign signals on to.
+pub(crate) struct Action(libc::sigaction);
+
+// SAFETY: plain data (a handler's address, a mask, flags), only read.
+unsafe impl Send for Action {}
+// SAFETY: as above.
+unsafe impl Sync for Action {}
+
+impl Action {
+    /// Whether the action is a function of the application's, rather than
+    /// the default action (`SIG_DFL`) or `SIG_IGN`.
+    pub(crate) fn is_handler(&self) -> bool {
+        let h = self.0.sa_sigaction;
+        !(h == libc::SIG_DFL || h == libc::SIG_IGN)
+    }
+
+    /// Puts the action back as SIGBUS's action.
+    pub(crate) fn restore_sigbus(&self) {
+        // SAFETY: a valid sigaction struct, as returned by the kernel.
+        unsafe { libc::sigaction(libc::SIGBUS, &self.0, std::ptr::null_mut()) };
+    }
+
+    /// Runs the action's function as the kernel would have: with the mask
+    /// it asked for added to the interrupted code's (and `sig` unless
+    /// `SA_NODEFER`), with the arguments its flags ask for.
+    ///
+    /// # Safety
+    /// [`is_handler`](Action::is_handler) holds; `sig`, `info` and `ctx`
+    /// are the arguments of a `SA_SIGINFO` handler running now (`ctx` may
+    /// be null: the mask is then left as it is).
+    pub(crate) unsafe fn call(
+        &self,
+        sig: libc::c_int,
+        info: *mut libc::siginfo_t,
+        ctx: *mut libc::c_void,
+    ) {
+        let prev = &self.0;
+        let h = prev.sa_sigaction;
+        if !ctx.is_null() {
+            // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+            let mut mask = unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask };
+            for s in 1..libc::SIGRTMAX() {
+                // SAFETY: valid sigset_t values.
+                if unsafe { libc::sigismember(&prev.sa_mask, s) } == 1 {
+                    // SAFETY: as above.
+                    unsafe { libc::sigaddset(&mut mask, s) };
+                }
+            }
+            if prev.sa_flags & libc::SA_NODEFER == 0 {
+                // SAFETY: as above.
+                unsafe { libc::sigaddset(&mut mask, sig) };
+            }
+            set_mask(&mask);
+        }
+        if prev.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the application installed this SA_SIGINFO handler
+            // (the caller checked it is a function).
+            let f: SigAction = unsafe { std::mem::transmute(h) };
+            f(sig, info, ctx);
+        } else {
+            // SAFETY: the application installed this plain handler.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+            f(sig);
+        }
+    }
+}
+
+/// The calling thread's `errno`, which a signal handler saves on entry.
+pub(crate) fn errno_value() -> i32 {
+    // SAFETY: the calling thread's errno, a live thread-local int.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`, as a signal handler restores it on
+/// return so that the interrupted code does not see its own.
+pub(crate) fn set_errno(value: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = value };
 }
 
 /// Whether SIGBUS is blocked in the calling thread.

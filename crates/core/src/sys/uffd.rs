@@ -319,21 +319,21 @@ impl Uffd {
         unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_WAKE, &mut range) };
     }
 
-    /// Atomically copies `len` bytes from `src` into missing pages at `dst`,
-    /// installing them write-protected if `wp`, and wakes waiters unless
-    /// `dontwake`. Retries partial copies interrupted by `EAGAIN`.
-    /// `Err(EEXIST)` means a page of the range was already present.
-    ///
-    /// # Safety
-    /// `src..src+len` must be readable memory of this process.
-    pub(crate) unsafe fn copy(
+    /// Atomically copies `src` into missing pages at `dst`, installing
+    /// them write-protected if `wp`, and wakes waiters unless `dontwake`.
+    /// Retries partial copies interrupted by `EAGAIN`. `Err(EEXIST)` means
+    /// a page of the range was already present. The kernel fills missing
+    /// pages of a range registered with this descriptor only: no memory
+    /// the process can see changes under it.
+    pub(crate) fn copy(
         &self,
         dst: usize,
-        src: *const u8,
-        len: usize,
+        src: &[u8],
         wp: bool,
         dontwake: bool,
     ) -> Result<(), Errno> {
+        let len = src.len();
+        let src = src.as_ptr();
         let mode =
             if wp { COPY_MODE_WP } else { 0 } | if dontwake { COPY_MODE_DONTWAKE } else { 0 };
         let mut done = 0usize;
@@ -346,9 +346,9 @@ impl Uffd {
                 mode,
                 copy: 0,
             };
-            // SAFETY: c is a valid UffdioCopy; the caller guarantees the
-            // source is readable; the kernel only fills missing pages of a
-            // range registered with this descriptor.
+            // SAFETY: c is a valid UffdioCopy; its source lies in `src`,
+            // a live slice; the kernel only fills missing pages of a range
+            // registered with this descriptor.
             let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_COPY, &mut c) };
             if r == 0 {
                 return Ok(());
