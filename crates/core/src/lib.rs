@@ -19,7 +19,7 @@ mod in_thread;
 mod kernel;
 mod mapping;
 mod padded;
-mod parse;
+pub mod parse;
 mod pin;
 mod prefetch;
 mod progress;
@@ -40,7 +40,8 @@ mod unmap;
 mod writeback;
 
 pub use config::{
-    Builder, DEFAULT_AUTO_SHARE, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
+    Builder, DEFAULT_AUTO_SHARE, DEFAULT_EVICTORS, DEFAULT_MAX_FAULT_EVENTS, DEFAULT_PAGE_SIZE,
+    DEFAULT_READ_AHEAD, DEFAULT_WATERMARKS, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
     default_fillers, parse_size,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
