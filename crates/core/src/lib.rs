@@ -22,6 +22,7 @@ mod padded;
 pub mod parse;
 mod pin;
 mod prefetch;
+mod process;
 mod progress;
 mod promote;
 mod rcu;
@@ -54,6 +55,7 @@ pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
+pub use process::{ProcessConfig, ProcessLock, ProcessRuntime, StartFailure};
 pub use runtime::Runtime;
 pub use stats::{RegionStats, Stats, format_bytes};
 pub use trace::{FaultTrace, now as trace_clock};
