@@ -1,25 +1,7 @@
-//! The process-wide runtime ([`ProcessRuntime`]): one per process, started
-//! on first use, shared by [`Runtime::global`], the C library (`umio-ffi`)
-//! and the preload shim (`umio-preload`), each of which starts it from a
-//! configuration of its own ([`ProcessConfig`]).
-//!
-//! The rules, the same for every caller:
-//!
-//! - **The first use starts it** from the caller's configuration; every
-//!   later call gets the running runtime, whatever configuration it brings.
-//!   It runs until the process exits.
-//! - **A fork child starts its own.** The owner keeps the id of the process
-//!   that started the runtime. In a fork child (another pid) the parent's
-//!   runtime, whose threads the child lacks, is neither used nor dropped
-//!   (dropping would join threads that do not exist there): the child's
-//!   first use starts a runtime of its own.
-//! - **A failed start is remembered with its configuration.** A later call
-//!   with an equal configuration gets the same error at once, without a
-//!   second attempt ([`StartFailure::repeated`] says so, so that a caller
-//!   reports a failure once); a call with another configuration (a
-//!   variable fixed, a C setter called) tries again. A configuration that
-//!   could not be read counts as the same while it fails with the same
-//!   error. A fork child forgets its parent's failure.
+//! The process-wide runtime ([`ProcessRuntime`]): one per process, shared
+//! by [`Runtime::global`], the C library (`umio-ffi`) and the preload shim
+//! (`umio-preload`), each of which starts it from a configuration of its
+//! own ([`ProcessConfig`]). Its rules are in [`ProcessRuntime`]'s docs.
 
 use std::any::Any;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -78,8 +60,28 @@ impl From<StartFailure> for Errno {
     }
 }
 
-/// The process-wide runtime: see the [module](self) rules. Every function
-/// takes the owner's lock for the time of the call.
+/// The process-wide runtime: one per process, shared by
+/// [`Runtime::global`], the C library and the preload shim, each of which
+/// starts it from a configuration of its own ([`ProcessConfig`]). Every
+/// function takes the owner's lock for the time of the call.
+///
+/// The rules, the same for every caller:
+///
+/// - **The first use starts it** from the caller's configuration; every
+///   later call gets the running runtime, whatever configuration it brings.
+///   It runs until the process exits.
+/// - **A fork child starts its own.** The owner keeps the id of the process
+///   that started the runtime. In a fork child (another pid) the parent's
+///   runtime, whose threads the child lacks, is neither used nor dropped
+///   (dropping would join threads that do not exist there): the child's
+///   first use starts a runtime of its own.
+/// - **A failed start is remembered with its configuration.** A later call
+///   with an equal configuration gets the same error at once, without a
+///   second attempt ([`StartFailure::repeated`] says so, so that a caller
+///   reports a failure once); a call with another configuration (a
+///   variable fixed, a C setter called) tries again. A configuration that
+///   could not be read counts as the same while it fails with the same
+///   error. A fork child forgets its parent's failure.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), umio_core::Error> {
