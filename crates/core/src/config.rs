@@ -611,6 +611,7 @@ mod tests {
         assert_eq!(parse_size(" 2m "), Some(2 << 20));
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999999999999T"), None);
     }

@@ -69,12 +69,16 @@ mod tests {
 
     #[test]
     fn sizes_parse_as_usize() {
-        assert_eq!(size("4096"), Some(4096));
-        assert_eq!(size("64k"), Some(64 << 10));
-        assert_eq!(size(" 2M"), Some(2 << 20));
-        assert_eq!(size("1G"), Some(1 << 30));
-        assert_eq!(size("x"), None);
-        assert_eq!(size(""), None);
+        let sizes = [
+            ("4096", 4096),
+            ("64k", 64 << 10),
+            (" 2M", 2 << 20),
+            ("1G", 1 << 30),
+        ];
+        for (s, bytes) in sizes {
+            assert_eq!(size(s), Some(bytes), "{s:?}");
+        }
+        assert_eq!((size("x"), size("")), (None, None));
     }
 
     #[test]

@@ -409,31 +409,23 @@ pub(crate) fn running() -> Option<Runtime> {
 /// made now would start the runtime with; and whether it runs.
 pub(crate) fn current() -> Result<(Settings, bool), Errno> {
     let o = overrides();
-    match ProcessRuntime::config::<Settings>() {
+    let (settings, running) = match ProcessRuntime::config::<Settings>() {
+        Some((rt, s)) => (s, Some(rt)),
+        // Before the first mapping, or started by another caller in this
+        // process (Rust's `Runtime::global`): the settings as resolved now.
+        None => (resolve(&ProcessEnv, &o)?, ProcessRuntime::get()),
+    };
+    Ok(match running {
         // The bound in force now (it changes at run time).
-        Some((rt, s)) => Ok((
+        Some(rt) => (
             Settings {
                 cache_bytes: rt.cache_bytes(),
-                ..s
+                ..settings
             },
             true,
-        )),
-        None => {
-            let s = resolve(&ProcessEnv, &o)?;
-            match ProcessRuntime::get() {
-                // Started by another caller in this process (Rust's
-                // `Runtime::global`): its bound, and settings as resolved.
-                Some(rt) => Ok((
-                    Settings {
-                        cache_bytes: rt.cache_bytes(),
-                        ..s
-                    },
-                    true,
-                )),
-                None => Ok((s, false)),
-            }
-        }
-    }
+        ),
+        None => (settings, false),
+    })
 }
 
 /// Whether the runtime serves user-mode faults only: the running
