@@ -1,5 +1,6 @@
 //! The process-wide runtime: built once from the environment, shared by
-//! every caller, and a clear error for malformed settings.
+//! every caller, a clear error for malformed settings, tried again once
+//! they are fixed, and a runtime of its own in a fork child.
 
 use std::io::Write;
 use std::process::Command;
@@ -46,14 +47,15 @@ fn global_runtime_child_body() {
 }
 
 fn run_child(vars: &[(&str, &str)]) -> (String, String) {
+    run_child_body("global_runtime_child_body", vars)
+}
+
+/// Runs the test `body` alone in a child process with `vars` set; returns
+/// what it printed after `CHILD-RESULT` and `CHILD-SECOND`.
+fn run_child_body(body: &str, vars: &[(&str, &str)]) -> (String, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "global_runtime_child_body",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV, "1");
+    cmd.args(["--exact", body, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1");
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -130,4 +132,91 @@ fn malformed_environment_is_an_error_every_time() {
         assert!(first.contains(needle), "{var}={value}: {first}");
         assert_eq!(second, "errno=22", "{var}={value}: the error is kept");
     }
+}
+
+/// Runs in the child only: the environment fixed, the next call starts.
+#[test]
+fn fixed_environment_child_body() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let errno = || umio::Runtime::global().map(|_| ()).map_err(|e| e.errno());
+    let (first, second) = (errno(), errno());
+    println!("CHILD-RESULT {first:?} {second:?}");
+    // SAFETY: no other thread of this child reads or writes the
+    // environment now (the test harness's main thread waits for this one).
+    unsafe { std::env::set_var("UMIO_FILLERS", "2") };
+    match umio::Runtime::global() {
+        Ok(_) => println!("CHILD-SECOND ok"),
+        Err(e) => println!("CHILD-SECOND errno={} {e}", e.errno()),
+    }
+}
+
+#[test]
+fn failed_start_is_kept_until_the_environment_changes() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let (first, second) = run_child_body("fixed_environment_child_body", &[("UMIO_FILLERS", "0")]);
+    assert_eq!(first, "Err(22) Err(22)");
+    assert_eq!(second, "ok", "a changed environment is tried again");
+}
+
+/// Runs in the child only: maps through the global runtime, forks, and
+/// reports how the grandchild fared with its own.
+#[test]
+fn fork_child_body() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let parent = umio::Runtime::global().expect("global runtime");
+    let mut tmp = tempfile::NamedTempFile::new().unwrap();
+    tmp.write_all(&[7u8; 256 << 10]).unwrap();
+    let map = parent
+        .map_file(tmp.as_file(), umio::MapOptions::new())
+        .unwrap();
+    assert!(map.as_slice()[..128 << 10].iter().all(|&x| x == 7));
+    // SAFETY: the child uses umio (glibc's fork leaves malloc usable, and
+    // no umio lock is held: this thread holds none, umio's threads take no
+    // lock of the global runtime) and ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = match umio::Runtime::global() {
+            Err(_) => 1,
+            // The parent's: its threads are not in this process.
+            Ok(rt) if std::ptr::eq(rt, parent) => 2,
+            Ok(rt) => match rt.map_file(tmp.as_file(), umio::MapOptions::new()) {
+                Ok(m) if m.as_slice().iter().all(|&x| x == 7) => 0,
+                Ok(_) => 3,
+                Err(_) => 4,
+            },
+        };
+        // SAFETY: ends the child at once, running no exit handler.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+    if libc::WIFEXITED(status) {
+        println!("CHILD-RESULT exit {}", libc::WEXITSTATUS(status));
+    } else {
+        println!("CHILD-RESULT status {status:#x}");
+    }
+    // The parent's runtime still serves its pages.
+    let same = std::ptr::eq(umio::Runtime::global().unwrap(), parent);
+    let read = map.as_slice()[128 << 10..].iter().all(|&x| x == 7);
+    println!("CHILD-SECOND same {same} read {read}");
+}
+
+#[test]
+fn fork_child_starts_a_global_runtime_of_its_own() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let (child, parent) = run_child_body("fork_child_body", &[]);
+    // 1: no runtime; 2: the parent's; 3, 4: its mapping failed.
+    assert_eq!(child, "exit 0");
+    assert_eq!(parent, "same true read true");
 }

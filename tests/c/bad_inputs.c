@@ -293,7 +293,7 @@ static int set_uffd_mode_unknown(void) { return umio_config_set_uffd_mode("somet
 static int map_with_cache_of_3_pages(void) {
   /* Accepted by the setter, refused when the runtime starts (fewer than 4
      pages of PAGE, set here: the default is smaller); the failed start is
-     not remembered. */
+     remembered only until the settings change, as main's setters do. */
   CHECK(umio_config_set_page_size(PAGE) == 0);
   CHECK(umio_config_set_cache_bytes(3 * PAGE) == 0);
   return map_rc(umap(NULL, LEN, PROT_READ, UMAP_PRIVATE, fd_rw, 0));

@@ -20,6 +20,17 @@ use crate::spin::FillerWait;
 pub const MIN_PAGE_SIZE: usize = 4096;
 /// Largest fill unit accepted.
 pub const MAX_PAGE_SIZE: usize = 1 << 30;
+/// Default fill unit of regions ([`Builder::page_size`]).
+pub const DEFAULT_PAGE_SIZE: usize = 4 << 10;
+/// Default number of background eviction threads ([`Builder::evictors`]).
+pub const DEFAULT_EVICTORS: usize = 1;
+/// Default watermarks, high and low, in percent ([`Builder::watermarks`]).
+pub const DEFAULT_WATERMARKS: (u8, u8) = (90, 70);
+/// Default most fault events read at once ([`Builder::max_fault_events`]).
+pub const DEFAULT_MAX_FAULT_EVENTS: usize = 64;
+/// Default largest read-ahead window: the window of the default prefetch
+/// policy, and of a prefetch policy named without one.
+pub const DEFAULT_READ_AHEAD: usize = 2 << 20;
 
 enum PolicySpec {
     Builtin(PolicyKind),
@@ -77,17 +88,17 @@ impl Default for Builder {
             cache_bytes: None,
             cache_auto: None,
             huge_cache_bytes: None,
-            page_size: 4 << 10,
+            page_size: DEFAULT_PAGE_SIZE,
             fillers: default_fillers(),
-            evictors: 1,
-            high_water: 90,
-            low_water: 70,
+            evictors: DEFAULT_EVICTORS,
+            high_water: DEFAULT_WATERMARKS.0,
+            low_water: DEFAULT_WATERMARKS.1,
             policy: PolicySpec::Builtin(PolicyKind::default()),
             prefetch: PrefetchKind::default(),
             filler_spin: None,
-            max_fault_events: 64,
-            promote: PromoteKind::Never,
-            uffd_mode: UffdMode::Auto,
+            max_fault_events: DEFAULT_MAX_FAULT_EVENTS,
+            promote: PromoteKind::default(),
+            uffd_mode: UffdMode::default(),
             fault_service: None,
             trace_faults: false,
             page_cache: false,
@@ -312,7 +323,7 @@ impl Builder {
     }
 
     /// Applies what `env` sets.
-    fn with_env(mut self, env: &crate::env::EnvConfig) -> Result<Self> {
+    pub(crate) fn with_env(mut self, env: &crate::env::EnvConfig) -> Result<Self> {
         use crate::env::{EnvCache, EnvPrefetch};
         if let Some(p) = env.page_size {
             self.page_size = p;
@@ -365,7 +376,7 @@ impl Builder {
         let window = env.read_ahead_bytes(self.page_size)?;
         if env.prefetch.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {
-                PrefetchKind::None => (false, 2 << 20),
+                PrefetchKind::None => (false, DEFAULT_READ_AHEAD),
                 PrefetchKind::Sequential { max_window } => (false, max_window),
                 PrefetchKind::Stride { max_window } => (true, max_window),
             };
@@ -387,12 +398,8 @@ impl Builder {
     /// Checks the configuration: what [`build`](Builder::build) starts a
     /// runtime from.
     pub(crate) fn validate(self) -> Result<Settings> {
-        if let Some(share) = self.cache_auto
-            && !(share > 0.0 && share <= 1.0)
-        {
-            return Err(Error::InvalidArgument(
-                "the automatic cache share must be more than 0 and at most 1",
-            ));
+        if let Some(share) = self.cache_auto {
+            Builder::check_cache_share(share)?;
         }
         let cache_bytes = match self.cache_auto {
             Some(share) => crate::autosize::MemoryView::read()
@@ -400,7 +407,7 @@ impl Builder {
                 .max(4 * self.page_size as u64),
             None => self.cache_bytes.unwrap_or_else(default_cache_bytes),
         };
-        validate_page_size(self.page_size)?;
+        Builder::check_page_size(self.page_size)?;
         let fault_service = match self.fault_service {
             Some(s) => s,
             None => match env_var("UMIO_FAULT_SERVICE") {
@@ -410,32 +417,17 @@ impl Builder {
                 None => FaultService::default(),
             },
         };
-        if self.fillers == 0 || self.fillers > 256 {
-            return Err(Error::InvalidArgument("fillers must be 1 to 256"));
-        }
-        if !(1..=4096).contains(&self.max_fault_events) {
-            return Err(Error::InvalidArgument("max_fault_events must be 1 to 4096"));
-        }
-        if self.evictors > 64 {
-            return Err(Error::InvalidArgument("evictors must be 0 to 64"));
-        }
-        if self.high_water == 0 || self.high_water > 100 || self.low_water > self.high_water {
-            return Err(Error::InvalidArgument(
-                "watermarks must satisfy 0 <= low <= high <= 100 and high > 0",
-            ));
-        }
+        Builder::check_fillers(self.fillers)?;
+        Builder::check_max_fault_events(self.max_fault_events)?;
+        Builder::check_evictors(self.evictors)?;
+        Builder::check_watermarks(self.high_water, self.low_water)?;
         if cache_bytes < 4 * self.page_size as u64 {
             return Err(Error::InvalidArgument(
                 "cache_bytes must hold at least 4 pages",
             ));
         }
-        if self
-            .huge_cache_bytes
-            .is_some_and(|b| b < 4 * HUGE_PAGE_SIZE as u64)
-        {
-            return Err(Error::InvalidArgument(
-                "huge_cache_bytes must hold at least 4 huge pages (8 MiB)",
-            ));
+        if let Some(bytes) = self.huge_cache_bytes {
+            Builder::check_huge_cache_bytes(bytes)?;
         }
         let (policy, huge_policy) = match self.policy {
             PolicySpec::Builtin(k) => (k.build(), k),
@@ -474,13 +466,75 @@ impl Builder {
 /// The share of `UMIO_CACHE_BYTES=auto`.
 pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
 
-pub(crate) fn validate_page_size(bytes: usize) -> Result<()> {
-    if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) || !bytes.is_multiple_of(MIN_PAGE_SIZE) {
-        return Err(Error::InvalidArgument(
-            "page size must be a multiple of 4096 between 4 KiB and 1 GiB",
-        ));
+/// The checks [`Builder::build`] makes of single settings, for callers
+/// that take a setting before they build (the C library's setters): each
+/// is [`Error::InvalidArgument`] for a value the builder would refuse.
+impl Builder {
+    /// [`Builder::page_size`] (and [`MapOptions::page_size`](crate::MapOptions::page_size)):
+    /// a multiple of 4 KiB, 4 KiB to 1 GiB.
+    pub fn check_page_size(bytes: usize) -> Result<()> {
+        if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) || !bytes.is_multiple_of(MIN_PAGE_SIZE)
+        {
+            return Err(Error::InvalidArgument(
+                "page size must be a multiple of 4096 between 4 KiB and 1 GiB",
+            ));
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// [`Builder::fillers`]: 1 to 256.
+    pub fn check_fillers(n: usize) -> Result<()> {
+        if !(1..=256).contains(&n) {
+            return Err(Error::InvalidArgument("fillers must be 1 to 256"));
+        }
+        Ok(())
+    }
+
+    /// [`Builder::evictors`]: 0 to 64.
+    pub fn check_evictors(n: usize) -> Result<()> {
+        if n > 64 {
+            return Err(Error::InvalidArgument("evictors must be 0 to 64"));
+        }
+        Ok(())
+    }
+
+    /// [`Builder::watermarks`]: `0 <= low <= high <= 100` and `high > 0`.
+    pub fn check_watermarks(high: u8, low: u8) -> Result<()> {
+        if high == 0 || high > 100 || low > high {
+            return Err(Error::InvalidArgument(
+                "watermarks must satisfy 0 <= low <= high <= 100 and high > 0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Builder::max_fault_events`]: 1 to 4096.
+    pub fn check_max_fault_events(n: usize) -> Result<()> {
+        if !(1..=4096).contains(&n) {
+            return Err(Error::InvalidArgument("max_fault_events must be 1 to 4096"));
+        }
+        Ok(())
+    }
+
+    /// [`Builder::huge_cache_bytes`]: at least 4 huge pages (8 MiB).
+    pub fn check_huge_cache_bytes(bytes: u64) -> Result<()> {
+        if bytes < 4 * HUGE_PAGE_SIZE as u64 {
+            return Err(Error::InvalidArgument(
+                "huge_cache_bytes must hold at least 4 huge pages (8 MiB)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Builder::cache_bytes_auto`]'s share: more than 0, at most 1.
+    pub fn check_cache_share(share: f64) -> Result<()> {
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(Error::InvalidArgument(
+                "the automatic cache share must be more than 0 and at most 1",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The default number of fillers: the number of CPUs, 1 to 4.
@@ -554,6 +608,7 @@ mod tests {
         assert_eq!(parse_size(" 2m "), Some(2 << 20));
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999999999999T"), None);
     }

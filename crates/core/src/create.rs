@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use umio_backends::{FileStore, Store, UncachedFileStore};
 
-use crate::config::{MIN_PAGE_SIZE, validate_page_size};
+use crate::config::{Builder, MIN_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, free_huge_pages};
 use crate::mapping::{Fixed, MapOptions, Mapping};
@@ -108,7 +108,7 @@ impl Region {
                 log::info!("umio: no free huge page; mapping ordinary memory with 2 MiB pages");
             }
         }
-        validate_page_size(page_size)?;
+        Builder::check_page_size(page_size)?;
         let huge_pool = shared.huge_pool().is_some() && page_size >= HUGE_PAGE_SIZE;
         let pool_limit = match shared.huge_pool() {
             Some(h) if huge_pool => h.budget.limit(),

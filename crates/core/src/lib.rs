@@ -19,9 +19,10 @@ mod in_thread;
 mod kernel;
 mod mapping;
 mod padded;
-mod parse;
+pub mod parse;
 mod pin;
 mod prefetch;
+mod process;
 mod progress;
 mod promote;
 mod rcu;
@@ -40,7 +41,8 @@ mod unmap;
 mod writeback;
 
 pub use config::{
-    Builder, DEFAULT_AUTO_SHARE, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
+    Builder, DEFAULT_AUTO_SHARE, DEFAULT_EVICTORS, DEFAULT_MAX_FAULT_EVENTS, DEFAULT_PAGE_SIZE,
+    DEFAULT_READ_AHEAD, DEFAULT_WATERMARKS, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
     default_fillers, parse_size,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
@@ -53,6 +55,7 @@ pub use mapping::{MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
 };
+pub use process::{ProcessConfig, ProcessLock, ProcessRuntime, StartFailure};
 pub use runtime::Runtime;
 pub use stats::{RegionStats, Stats, format_bytes};
 pub use trace::{FaultTrace, now as trace_clock};

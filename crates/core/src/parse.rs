@@ -1,4 +1,5 @@
-//! Policies by name: [`FromStr`] for [`PrefetchKind`] and [`PromoteKind`]
+//! Settings as strings give them: sizes as `usize` ([`size`]), and
+//! policies by name: [`FromStr`] for [`PrefetchKind`] and [`PromoteKind`]
 //! (umio-cache's `PolicyKind` has its own), as command lines and
 //! configuration files give them.
 
@@ -8,13 +9,16 @@ use umio_cache::UnknownName;
 
 use crate::{PrefetchKind, PromoteKind};
 
-/// Default largest window of a prefetch policy named without one.
-const DEFAULT_WINDOW: usize = 2 << 20;
-
 /// A size in bytes ([`parse_size`](crate::parse_size)'s syntax) as
-/// `usize`: read-ahead windows here, and the `usize` settings of the
-/// environment (`env.rs`).
-pub(crate) fn size(s: &str) -> Option<usize> {
+/// `usize`: read-ahead windows here, the `usize` settings of the
+/// environment (`env.rs`) and the preload shim's own sizes. `None` if
+/// malformed or larger than `usize`.
+///
+/// ```
+/// assert_eq!(umio_core::parse::size("64k"), Some(64 << 10));
+/// assert_eq!(umio_core::parse::size(""), None);
+/// ```
+pub fn size(s: &str) -> Option<usize> {
     usize::try_from(crate::parse_size(s)?).ok()
 }
 
@@ -36,7 +40,7 @@ impl FromStr for PrefetchKind {
             Some((n, w)) => (n, Some(size(w).filter(|&w| w > 0).ok_or_else(unknown)?)),
             None => (s, None),
         };
-        let max_window = window.unwrap_or(DEFAULT_WINDOW);
+        let max_window = window.unwrap_or(crate::DEFAULT_READ_AHEAD);
         match name.trim().to_ascii_lowercase().as_str() {
             "none" if window.is_none() => Ok(PrefetchKind::None),
             "sequential" => Ok(PrefetchKind::Sequential { max_window }),
@@ -62,6 +66,20 @@ impl FromStr for PromoteKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_as_usize() {
+        let sizes = [
+            ("4096", 4096),
+            ("64k", 64 << 10),
+            (" 2M", 2 << 20),
+            ("1G", 1 << 30),
+        ];
+        for (s, bytes) in sizes {
+            assert_eq!(size(s), Some(bytes), "{s:?}");
+        }
+        assert_eq!((size("x"), size("")), (None, None));
+    }
 
     #[test]
     fn prefetch_kinds_parse() {

@@ -3,13 +3,15 @@
 //! `shared.rs`; its configuration in `config.rs`; its threads in
 //! `threads.rs`; making a mapping in `create.rs`.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::config::Builder;
+use crate::env::EnvConfig;
 use crate::error::{Error, Result};
 use crate::in_thread::{self, FaultService};
 use crate::kernel::{KernelFeatures, UffdMode, kernel_features, open_uffd};
+use crate::process::ProcessRuntime;
 use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::sys::uffd::feature;
@@ -124,15 +126,14 @@ impl Runtime {
         Builder::default()
     }
 
-    /// The process-wide runtime, built on first use from the environment
-    /// ([`Builder::from_env`]). An error is returned on every call if the
-    /// first build failed.
+    /// The process-wide runtime, started on first use from the environment
+    /// ([`Builder::from_env`]); the C library and the preload shim share
+    /// its owner, [`ProcessRuntime`], and its rules: a fork child starts a
+    /// runtime of its own, and a failed start is remembered: every call
+    /// returns its error until the environment changes (then the next call
+    /// tries again).
     pub fn global() -> Result<&'static Runtime> {
-        static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
-        GLOBAL
-            .get_or_init(|| Builder::default().from_env()?.build())
-            .as_ref()
-            .map_err(Clone::clone)
+        Ok(ProcessRuntime::get_or_start(EnvConfig::from_process)?)
     }
 
     /// How this runtime serves faults: [`FaultService::Fillers`] or

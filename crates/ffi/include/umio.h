@@ -53,10 +53,14 @@
  *
  * fork. Regions are not inherited (MADV_DONTFORK): in a child their
  * addresses are unmapped (a touch is SIGSEGV, never a fault nobody
- * serves), and umio has no threads there. A child must call no umio
- * function but umio_version() unless it execs; exec leaves nothing of
- * umio behind (its userfaultfd is O_CLOEXEC). The parent's mappings keep
- * working.
+ * serves), and umio has no threads there. The parent's runtime is never
+ * used in a child: the child's first mapping starts a runtime of its own,
+ * from the settings made before the fork (umio_config_set_* calls work
+ * again in the child until then). As after any fork of a program with
+ * threads, a child may call umio only if no other thread was in a umio
+ * call as it forked; otherwise it calls no umio function but
+ * umio_version() unless it execs. exec leaves nothing of umio behind (its
+ * userfaultfd is O_CLOEXEC). The parent's mappings keep working.
  */
 
 #ifndef UMIO_H
@@ -766,7 +770,10 @@ int umio_config_get(struct umio_config *out);
 // (default 4 KiB; UMAP_PAGESIZE). Like every umio_config_set_*
 // call, it overrides the environment, works only before the first
 // mapping (after it: -1 with errno EBUSY), and fails with EINVAL for
-// a value out of range.
+// a value out of range. A first mapping whose runtime fails to start
+// (a cache of fewer than 4 pages, say) is remembered: later mappings fail
+// with the same errno, without a second start, until a setter or a
+// variable changes the settings.
 //
 // Requirements:
 // None.

@@ -1,8 +1,10 @@
-//! The C library's runtime: one per process, built when the first region
-//! is mapped, from (in rising order of precedence) umio's defaults, the
-//! environment (read by umio-core's one reader, `EnvConfig`: the `UMIO_*`
-//! variables, with UMap's `UMAP_*` names as aliases) and the
-//! `umio_config_set_*` calls made before.
+//! The C library's configuration of the process-wide runtime
+//! (`umio_core::ProcessRuntime`, whose rules hold here too: started by the
+//! first mapping, a fork child's own, a failed start remembered until the
+//! configuration changes), from (in rising order of precedence) umio's
+//! defaults, the environment (read by umio-core's one reader, `EnvConfig`:
+//! the `UMIO_*` variables, with UMap's `UMAP_*` names as aliases) and the
+//! `umio_config_set_*` calls made before. Defaults and checks are core's.
 //!
 //! Every setting is passed to the builder explicitly, so what the getters
 //! report is what is in force by construction.
@@ -13,19 +15,18 @@ use std::sync::{Mutex, OnceLock};
 use log::LevelFilter;
 use umio_cache::PolicyKind;
 use umio_core::{
-    EnvCache, EnvConfig, EnvPrefetch, FaultService, MAX_PAGE_SIZE, MIN_PAGE_SIZE, PrefetchKind,
-    PromoteKind, Runtime, UffdMode,
+    Builder, DEFAULT_EVICTORS, DEFAULT_PAGE_SIZE, DEFAULT_READ_AHEAD, DEFAULT_WATERMARKS, EnvCache,
+    EnvConfig, EnvPrefetch, FaultService, PrefetchKind, ProcessConfig, ProcessRuntime, PromoteKind,
+    Runtime, UffdMode,
 };
 
 use crate::boundary::Errno;
 use crate::logging;
 use crate::policy::CEviction;
 
-/// `UMAP_MAX_FAULT_EVENTS` when unset (UMap's default).
-const DEFAULT_MAX_FAULT_EVENTS: u64 = 256;
-
-/// Largest read-ahead window by default: umio's default (2 MiB).
-const DEFAULT_READ_AHEAD: usize = 2 << 20;
+/// `UMAP_MAX_FAULT_EVENTS` when unset: UMap's default, which the C library
+/// keeps (umio-core's is `umio_core::DEFAULT_MAX_FAULT_EVENTS`).
+const UMAP_MAX_FAULT_EVENTS: u64 = 256;
 
 /// The runtime's eviction policy: a built-in one, or one written in C.
 #[derive(Clone)]
@@ -126,8 +127,21 @@ pub(crate) struct Settings {
     pub fault_service: FaultService,
 }
 
+impl ProcessConfig for Settings {
+    fn builder(&self) -> umio_core::Result<Builder> {
+        Ok(self.runtime_builder())
+    }
+
+    fn started(&self, rt: &Runtime) {
+        log::info!("umio: runtime started: {self:?}");
+        if self.monitor_freq > 0 {
+            crate::monitor::start(rt, self.monitor_freq);
+        }
+    }
+}
+
 impl Settings {
-    fn builder(&self) -> umio_core::Builder {
+    fn runtime_builder(&self) -> Builder {
         let mut builder = Runtime::builder()
             .page_size(self.page_size)
             .cache_bytes(self.cache_bytes)
@@ -193,28 +207,22 @@ pub(crate) fn policy_c_name(kind: PolicyKind) -> &'static CStr {
         .map_or(c"", |(_, name)| name.as_c_str())
 }
 
-pub(crate) fn check_page_size(bytes: usize) -> Result<(), Errno> {
-    if (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&bytes) && bytes.is_multiple_of(MIN_PAGE_SIZE) {
-        Ok(())
-    } else {
-        Err(Errno(libc::EINVAL))
-    }
-}
-
-/// Fault events a filler reads at once: the range
-/// `umio_core::Builder::max_fault_events` accepts, 1 to 4096.
-pub(crate) fn check_max_fault_events(n: u64) -> Result<u32, Errno> {
-    match n {
-        1..=4096 => Ok(n as u32),
-        _ => Err(Errno(libc::EINVAL)),
-    }
-}
-
+/// `umio_config_set_watermarks`' arguments, as core checks them.
 pub(crate) fn check_watermarks(high: u32, low: u32) -> Result<(u8, u8), Errno> {
-    if high == 0 || high > 100 || low > high {
-        return Err(Errno(libc::EINVAL));
-    }
-    Ok((high as u8, low as u8))
+    let einval = |_| Errno(libc::EINVAL);
+    let (high, low) = (
+        u8::try_from(high).map_err(einval)?,
+        u8::try_from(low).map_err(einval)?,
+    );
+    Builder::check_watermarks(high, low)?;
+    Ok((high, low))
+}
+
+/// Fault events a filler reads at once, as core checks them (1 to 4096).
+pub(crate) fn check_max_fault_events(n: u64) -> Result<u32, Errno> {
+    let n = usize::try_from(n).map_err(|_| Errno(libc::EINVAL))?;
+    Builder::check_max_fault_events(n)?;
+    Ok(n as u32)
 }
 
 /// The environment, read through a function so tests can supply their own.
@@ -259,10 +267,10 @@ fn umap_number<E: Env + ?Sized>(env: &E, name: &str) -> Result<Option<u64>, Errn
     Ok(env_number(env, name)?.filter(|&n| n != 0))
 }
 
-/// A huge-page pool holds at least four huge pages; 0 means none.
+/// A huge-page pool's bound, as core checks it; 0 means none.
 pub(crate) fn check_huge_cache_bytes(bytes: u64) -> Result<u64, Errno> {
-    if bytes != 0 && bytes < 4 * umio_core::HUGE_PAGE_SIZE as u64 {
-        return Err(Errno(libc::EINVAL));
+    if bytes != 0 {
+        Builder::check_huge_cache_bytes(bytes)?;
     }
     Ok(bytes)
 }
@@ -271,15 +279,13 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     // The one reader of the environment, core's: `UMIO_*` names first,
     // UMap's `UMAP_*` as aliases in their units.
     let e = EnvConfig::read(|name| env.get(name))?;
-    let page_size = o.page_size.or(e.page_size).unwrap_or(4 << 10);
-    check_page_size(page_size)?;
+    let page_size = o.page_size.or(e.page_size).unwrap_or(DEFAULT_PAGE_SIZE);
+    Builder::check_page_size(page_size)?;
     let (cache_bytes, cache_auto) = match (o.cache_bytes, o.cache_auto, e.cache) {
         (Some(b), _, _) => (b, o.cache_auto),
         (None, Some(_), _) => (umio_core::default_cache_bytes(), o.cache_auto),
         (None, None, Some(EnvCache::Auto(share))) => {
-            if !(share > 0.0 && share <= 1.0) {
-                return Err(Errno(libc::EINVAL));
-            }
+            Builder::check_cache_share(share)?;
             let thousandths = (share * 1000.0).round().max(1.0) as u16;
             (umio_core::default_cache_bytes(), Some(thousandths))
         }
@@ -297,13 +303,15 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         .fillers
         .or(e.fillers)
         .unwrap_or_else(umio_core::default_fillers);
-    let evictors = o.evictors.or(e.evictors).unwrap_or(1);
+    let evictors = o.evictors.or(e.evictors).unwrap_or(DEFAULT_EVICTORS);
     let (high_water, low_water) = match o.watermarks {
         Some(w) => w,
-        None => check_watermarks(
-            e.high_water.map_or(90, u32::from),
-            e.low_water.map_or(70, u32::from),
-        )?,
+        None => {
+            let high = e.high_water.unwrap_or(DEFAULT_WATERMARKS.0);
+            let low = e.low_water.unwrap_or(DEFAULT_WATERMARKS.1);
+            Builder::check_watermarks(high, low)?;
+            (high, low)
+        }
     };
     let eviction = match &o.eviction {
         Some(ev) => ev.clone(),
@@ -317,8 +325,11 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     let max_fault_events = match o.max_fault_events {
         Some(n) => n.into(),
         None => match e.max_fault_events {
-            Some(n) => check_max_fault_events(n as u64)?.into(),
-            None => DEFAULT_MAX_FAULT_EVENTS,
+            Some(n) => {
+                Builder::check_max_fault_events(n)?;
+                n as u64
+            }
+            None => UMAP_MAX_FAULT_EVENTS,
         },
     };
     let log_level = match var(env, "UMAP_LOG_LEVEL") {
@@ -341,84 +352,80 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         read_ahead,
         stride: e.prefetch == Some(EnvPrefetch::Stride),
         filler_spin: e.filler_spin.flatten(),
-        promote: e.promote.unwrap_or(PromoteKind::Never),
+        promote: e.promote.unwrap_or_default(),
         max_fault_events,
         log_level,
-        uffd_mode: o.uffd_mode.or(e.uffd_mode).unwrap_or(UffdMode::Auto),
-        page_cache: o.page_cache.or(e.page_cache).unwrap_or(false),
+        uffd_mode: o.uffd_mode.or(e.uffd_mode).unwrap_or_default(),
+        page_cache: o.page_cache.or(e.page_cache).unwrap_or_default(),
     })
 }
 
-struct Lib {
-    overrides: Overrides,
-    running: Option<(Runtime, Settings)>,
-}
-
-static LIB: Mutex<Lib> = Mutex::new(Lib {
-    overrides: Overrides {
-        page_size: None,
-        cache_bytes: None,
-        cache_auto: None,
-        huge_cache_bytes: None,
-        fillers: None,
-        evictors: None,
-        watermarks: None,
-        eviction: None,
-        read_ahead: None,
-        max_fault_events: None,
-        uffd_mode: None,
-        page_cache: None,
-        fault_service: None,
-    },
-    running: None,
+/// The `umio_config_set_*` settings, and the lock that orders them with
+/// the runtime's start: a setter never races the first mapping.
+static OVERRIDES: Mutex<Overrides> = Mutex::new(Overrides {
+    page_size: None,
+    cache_bytes: None,
+    cache_auto: None,
+    huge_cache_bytes: None,
+    fillers: None,
+    evictors: None,
+    watermarks: None,
+    eviction: None,
+    read_ahead: None,
+    max_fault_events: None,
+    uffd_mode: None,
+    page_cache: None,
+    fault_service: None,
 });
 
-fn lib() -> std::sync::MutexGuard<'static, Lib> {
-    LIB.lock().unwrap_or_else(|e| e.into_inner())
+fn overrides() -> std::sync::MutexGuard<'static, Overrides> {
+    OVERRIDES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The runtime, started now from the environment and the setters if this
-/// is the first mapping. A failed start is not remembered: the next call
-/// tries again (with the environment as it is then).
+/// is the process's first mapping. A failed start is remembered with the
+/// settings it was tried with (`umio_core::ProcessRuntime`): the next call
+/// gets its error at once unless a variable or a setter changed them; a
+/// malformed variable is refused before any start, on every call.
 pub(crate) fn runtime() -> Result<Runtime, Errno> {
-    let mut lib = lib();
-    if let Some((rt, _)) = &lib.running {
+    let o = overrides();
+    if let Some(rt) = ProcessRuntime::get() {
         return Ok(rt.clone());
     }
-    let settings = resolve(&ProcessEnv, &lib.overrides)?;
+    let settings = resolve(&ProcessEnv, &o)?;
     if let Some(level) = settings.log_level {
         logging::start(level);
     }
-    let rt = settings.builder().build()?;
-    log::info!("umio: runtime started: {settings:?}");
-    if settings.monitor_freq > 0 {
-        crate::monitor::start(&rt, settings.monitor_freq);
-    }
-    lib.running = Some((rt.clone(), settings));
-    Ok(rt)
+    Ok(ProcessRuntime::get_or_start(|| Ok(settings))?.clone())
 }
 
 /// The runtime if it runs (started by a first mapping), without starting
 /// it.
 pub(crate) fn running() -> Option<Runtime> {
-    lib().running.as_ref().map(|(rt, _)| rt.clone())
+    ProcessRuntime::get().cloned()
 }
 
 /// The settings in force, or, before the first mapping, those a mapping
 /// made now would start the runtime with; and whether it runs.
 pub(crate) fn current() -> Result<(Settings, bool), Errno> {
-    let lib = lib();
-    match &lib.running {
+    let o = overrides();
+    let (settings, running) = match ProcessRuntime::config::<Settings>() {
+        Some((rt, s)) => (s, Some(rt)),
+        // Before the first mapping, or started by another caller in this
+        // process (Rust's `Runtime::global`): the settings as resolved now.
+        None => (resolve(&ProcessEnv, &o)?, ProcessRuntime::get()),
+    };
+    Ok(match running {
         // The bound in force now (it changes at run time).
-        Some((rt, s)) => Ok((
+        Some(rt) => (
             Settings {
                 cache_bytes: rt.cache_bytes(),
-                ..s.clone()
+                ..settings
             },
             true,
-        )),
-        None => Ok((resolve(&ProcessEnv, &lib.overrides)?, false)),
-    }
+        ),
+        None => (settings, false),
+    })
 }
 
 /// Whether the runtime serves user-mode faults only: the running
@@ -427,11 +434,11 @@ pub(crate) fn current() -> Result<(Settings, bool), Errno> {
 /// userfaultfd can be opened at all, or the configuration is malformed.
 pub(crate) fn user_mode_only() -> Result<bool, Errno> {
     let mode = {
-        let lib = lib();
-        if let Some((rt, _)) = &lib.running {
+        let o = overrides();
+        if let Some(rt) = ProcessRuntime::get() {
             return Ok(rt.user_mode_only());
         }
-        resolve(&ProcessEnv, &lib.overrides)?.uffd_mode
+        resolve(&ProcessEnv, &o)?.uffd_mode
     };
     match mode {
         UffdMode::Full if umio_core::kernel_features()?.user_mode_only() => Err(Errno(libc::EPERM)),
@@ -441,35 +448,31 @@ pub(crate) fn user_mode_only() -> Result<bool, Errno> {
     }
 }
 
-/// Changes a setting before the runtime starts; `EBUSY` after. Returns
-/// what `change` returns (a replaced value), to be dropped by the caller
-/// once the lock is released: dropping a policy written in C calls its
-/// `release`, which is then free to call umio.
 /// Changes the cache bound: of the running runtime (at once, see
 /// `Runtime::set_cache_bytes`), or before the first mapping the one it
 /// will start with.
 pub(crate) fn set_cache_bytes(bytes: u64) -> Result<(), Errno> {
-    let mut lib = lib();
-    match &mut lib.running {
-        Some((rt, settings)) => {
-            rt.set_cache_bytes(bytes)?;
-            settings.cache_bytes = bytes;
-            settings.cache_auto = None;
-        }
+    let mut o = overrides();
+    match ProcessRuntime::get() {
+        Some(rt) => rt.set_cache_bytes(bytes)?,
         None => {
-            lib.overrides.cache_bytes = Some(bytes);
-            lib.overrides.cache_auto = None;
+            o.cache_bytes = Some(bytes);
+            o.cache_auto = None;
         }
     }
     Ok(())
 }
 
+/// Changes a setting before the runtime starts; `EBUSY` after. Returns
+/// what `change` returns (a replaced value), to be dropped by the caller
+/// once the lock is released: dropping a policy written in C calls its
+/// `release`, which is then free to call umio.
 pub(crate) fn set<R>(change: impl FnOnce(&mut Overrides) -> R) -> Result<R, Errno> {
-    let mut lib = lib();
-    if lib.running.is_some() {
+    let mut o = overrides();
+    if ProcessRuntime::get().is_some() {
         return Err(Errno(libc::EBUSY));
     }
-    Ok(change(&mut lib.overrides))
+    Ok(change(&mut o))
 }
 
 #[cfg(test)]

@@ -150,7 +150,7 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         return Err(einval);
     }
     if let Some(p) = req.page_size {
-        config::check_page_size(p)?;
+        umio_core::Builder::check_page_size(p)?;
     }
     let mut opts = MapOptions::new()
         .offset(offset)

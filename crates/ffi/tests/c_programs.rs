@@ -220,6 +220,7 @@ c_tests! {
     runtime_stats, runtime_stats_sanitized: &[], "runtime_stats: ok";
     advice, advice_sanitized: &[], "advice: ok";
     in_thread, in_thread_sanitized: &[], "in_thread: ok";
+    process_runtime, process_runtime_sanitized: &[], "process_runtime: ok";
 }
 
 /// Garbage in each variable the C library reads: the first mapping fails

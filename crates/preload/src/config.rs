@@ -75,19 +75,13 @@ pub(crate) fn var(name: &CStr) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// A size in bytes with an optional K, M, G or T suffix (powers of 1024):
-/// core's parser ([`umio_core::parse_size`]), as `usize`.
-pub(crate) fn parse_size(s: &str) -> Option<usize> {
-    umio_core::parse_size(s).and_then(|n| usize::try_from(n).ok())
-}
-
 impl Config {
     /// Reads the environment; malformed values are reported on stderr and
     /// leave the default.
     pub(crate) fn from_env() -> Config {
         let size = |name: &CStr, default: usize| match var(name) {
             None => default,
-            Some(v) => parse_size(&v).unwrap_or_else(|| {
+            Some(v) => umio_core::parse::size(&v).unwrap_or_else(|| {
                 crate::sys::eprint(&format!(
                     "umio-preload: {} is not a size: {v}\n",
                     name.to_string_lossy()
@@ -145,16 +139,6 @@ mod tests {
         assert_eq!(parse_log_level("info"), Some(Info));
         assert_eq!(parse_log_level("debug"), Some(Debug));
         assert_eq!(parse_log_level("loud"), None);
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("64k"), Some(64 << 10));
-        assert_eq!(parse_size(" 2M"), Some(2 << 20));
-        assert_eq!(parse_size("1G"), Some(1 << 30));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
     }
 
     #[test]

@@ -93,7 +93,7 @@ extern "C" fn constructor() {
 struct ForkLocks {
     _guard: Option<sys::ShimGuard>,
     _init: MutexGuard<'static, ()>,
-    runtime: MutexGuard<'static, runtime::RuntimeSlot>,
+    _runtime: umio_core::ProcessLock,
     table: MutexGuard<'static, maps::Table>,
     extents: Option<MutexGuard<'static, heap::Extents>>,
 }
@@ -106,7 +106,7 @@ extern "C" fn before_fork() {
     let _ = std::panic::catch_unwind(|| {
         let guard = sys::enter();
         let init = heap::INIT.lock().unwrap_or_else(|e| e.into_inner());
-        let runtime = runtime::lock_runtime();
+        let runtime = umio_core::ProcessRuntime::lock();
         let table = maps::lock();
         // The child maps the files again: they must hold the parent's
         // writes. Private mappings write to their scratch files.
@@ -119,7 +119,7 @@ extern "C" fn before_fork() {
             *l.borrow_mut() = Some(ForkLocks {
                 _guard: guard,
                 _init: init,
-                runtime,
+                _runtime: runtime,
                 table,
                 extents,
             })
@@ -136,7 +136,8 @@ extern "C" fn after_fork_child() {
         let Some(mut locks) = FORK_LOCKS.with(|l| l.borrow_mut().take()) else {
             return;
         };
-        locks.runtime.forget_for_child();
+        // The runtime needs nothing here: umio_core::ProcessRuntime sees
+        // the child's pid and starts it a runtime of its own.
         maps::MAPPED.store(0, Ordering::Relaxed);
         maps::MAPPED_BYTES.store(0, Ordering::Relaxed);
         maps::adopt_in_child(locks.table.drain());

@@ -1,9 +1,9 @@
 //! The process's umio runtime, started on first use (in a fork child too:
 //! a child never touches its parent's runtime, whose threads it lacks).
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
-use umio_core::Runtime;
+use umio_core::{EnvConfig, ProcessConfig, ProcessRuntime, Runtime};
 
 use crate::config::Config;
 use crate::sys;
@@ -16,55 +16,44 @@ pub(crate) fn config() -> &'static Config {
     CONFIG.get_or_init(Config::from_env)
 }
 
-pub(crate) struct RuntimeSlot {
-    /// The process that built `rt` (a fork child must not use it).
-    pid: i32,
-    rt: Option<Runtime>,
-    /// The first build failed with this errno: reported once, never retried.
-    failed: Option<i32>,
+/// The shim's start of the process-wide runtime: the environment, as
+/// `Builder::from_env` reads it, and what the shim sets up before the
+/// first mapping.
+#[derive(PartialEq)]
+struct ShimStart(EnvConfig);
+
+impl ProcessConfig for ShimStart {
+    fn builder(&self) -> umio_core::Result<umio_core::Builder> {
+        self.0.builder()
+    }
+
+    fn started(&self, rt: &Runtime) {
+        start_logging();
+        crate::buffers::runtime_started(rt);
+        log::info!(
+            "runtime started: page size {} bytes, cache {} bytes",
+            rt.page_size(),
+            rt.cache_bytes()
+        );
+    }
 }
 
-static RUNTIME: Mutex<RuntimeSlot> = Mutex::new(RuntimeSlot {
-    pid: 0,
-    rt: None,
-    failed: None,
-});
-
-pub(crate) fn lock_runtime() -> MutexGuard<'static, RuntimeSlot> {
-    RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The runtime of this process, built from `UMIO_*` on first use.
+/// The runtime of this process, started from `UMIO_*` on first use (in a
+/// fork child, its own: see `umio_core::ProcessRuntime`). A failed start
+/// is reported on stderr once, and its error returned without a second
+/// start until the environment changes (a changed one that fails too is
+/// reported again).
 pub(crate) fn runtime() -> Result<Runtime, Errno> {
-    let mut slot = lock_runtime();
-    if let Some(e) = slot.failed {
-        return Err(Errno(e));
-    }
-    if let Some(rt) = &slot.rt {
-        return Ok(rt.clone());
-    }
-    let built = umio_core::Builder::default()
-        .from_env()
-        .and_then(|b| b.build());
-    match built {
-        Ok(rt) => {
-            start_logging();
-            crate::buffers::runtime_started(&rt);
-            log::info!(
-                "runtime started: page size {} bytes, cache {} bytes",
-                rt.page_size(),
-                rt.cache_bytes()
-            );
-            slot.pid = sys::pid();
-            slot.rt = Some(rt.clone());
-            Ok(rt)
-        }
-        Err(e) => {
-            sys::eprint(&format!(
-                "umio-preload: umio cannot start ({e}); mappings and allocations stay with the kernel and glibc\n"
-            ));
-            slot.failed = Some(e.errno());
-            Err(Errno(e.errno()))
+    match ProcessRuntime::get_or_start(|| EnvConfig::from_process().map(ShimStart)) {
+        Ok(rt) => Ok(rt.clone()),
+        Err(f) => {
+            if !f.repeated {
+                sys::eprint(&format!(
+                    "umio-preload: umio cannot start ({}); mappings and allocations stay with the kernel and glibc\n",
+                    f.error
+                ));
+            }
+            Err(f.into())
         }
     }
 }
@@ -106,20 +95,7 @@ fn start_logging() {
     log::set_max_level(config().log_level.0);
 }
 
-/// The runtime if it was started, without starting it.
+/// The runtime if it was started (in this process), without starting it.
 pub(crate) fn runtime_if_started() -> Option<Runtime> {
-    lock_runtime().rt.clone()
-}
-
-impl RuntimeSlot {
-    /// In a fork child: forgets the parent's runtime without dropping it
-    /// (dropping would join threads that do not exist here), so the next
-    /// use starts a fresh one.
-    pub(crate) fn forget_for_child(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            std::mem::forget(rt);
-        }
-        self.failed = None;
-        self.pid = sys::pid();
-    }
+    ProcessRuntime::get().cloned()
 }

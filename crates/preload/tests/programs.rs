@@ -227,6 +227,36 @@ fn shared_mappings_survive_eviction_and_reach_the_file() {
     assert!(stat(&out, "MiB written back") >= 32);
 }
 
+/// A runtime that cannot start (here `UMIO_FILLERS=0`) leaves the
+/// program's mappings with the kernel; the shim says so once, not at each
+/// of the program's three `mmap`s of selected files.
+#[test]
+fn a_failed_start_is_reported_once_and_mappings_stay_with_the_kernel() {
+    let dir = scratch();
+    let exe = compile("shared", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let target = data.join("shared.bin");
+    let pattern = format!("{}/*", data.display());
+    let out = run(
+        &exe,
+        &[target.to_str().unwrap(), "8"],
+        &[
+            ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+            ("UMIO_FILLERS", "0"),
+        ],
+        true,
+    );
+    assert_ok(&out, "shared under a shim that cannot start", "shared ok");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("umio-preload: umio cannot start").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("fillers must be 1 to 256"), "{stderr}");
+}
+
 /// `UMIO_STATS=1` also prints the hit ratio, the read amplification and
 /// the fault-latency histogram, whose buckets add up to the faults.
 #[test]

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use umio_core::{FaultService, UffdMode};
+use umio_core::{Builder, FaultService, UffdMode};
 
 use super::name;
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
@@ -81,14 +81,17 @@ pub unsafe extern "C" fn umio_config_get(out: *mut umio_config) -> c_int {
 /// (default 4 KiB; `UMAP_PAGESIZE`). Like every `umio_config_set_*`
 /// call, it overrides the environment, works only before the first
 /// mapping (after it: -1 with errno `EBUSY`), and fails with `EINVAL` for
-/// a value out of range.
+/// a value out of range. A first mapping whose runtime fails to start
+/// (a cache of fewer than 4 pages, say) is remembered: later mappings fail
+/// with the same errno, without a second start, until a setter or a
+/// variable changes the settings.
 ///
 /// # Safety
 /// None.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_config_set_page_size(bytes: usize) -> c_int {
     ffi_boundary!(-1, {
-        config::check_page_size(bytes)?;
+        Builder::check_page_size(bytes)?;
         config::set(|o| o.page_size = Some(bytes))?;
         Ok(0)
     })
@@ -146,9 +149,7 @@ pub unsafe extern "C" fn umio_set_cache_bytes(bytes: u64) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_config_set_cache_auto(share: f64) -> c_int {
     ffi_boundary!(-1, {
-        if !(share > 0.0 && share <= 1.0) {
-            return Err(Errno(libc::EINVAL));
-        }
+        Builder::check_cache_share(share)?;
         let thousandths = ((share * 1000.0).round() as u16).max(1);
         config::set(|o| {
             o.cache_auto = Some(thousandths);
@@ -185,9 +186,7 @@ pub unsafe extern "C" fn umio_config_set_huge_cache_bytes(bytes: u64) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_config_set_fillers(n: c_uint) -> c_int {
     ffi_boundary!(-1, {
-        if !(1..=256).contains(&n) {
-            return Err(Errno(libc::EINVAL));
-        }
+        Builder::check_fillers(n as usize)?;
         config::set(|o| o.fillers = Some(n as usize))?;
         Ok(0)
     })
@@ -200,9 +199,7 @@ pub unsafe extern "C" fn umio_config_set_fillers(n: c_uint) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_config_set_evictors(n: c_uint) -> c_int {
     ffi_boundary!(-1, {
-        if n > 64 {
-            return Err(Errno(libc::EINVAL));
-        }
+        Builder::check_evictors(n as usize)?;
         config::set(|o| o.evictors = Some(n as usize))?;
         Ok(0)
     })
