@@ -233,7 +233,12 @@ impl Shared {
                 "the page is dropped and filled again"
             }
         );
-        if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
+        // A reader may not drop pages itself while remove events are on
+        // (its `madvise` would wait for a reader: `remove.rs`); the page's
+        // mapping is gone anyway, which is why the thread is stuck.
+        if !self.reader_must_not_drop()
+            && let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED)
+        {
             log::error!("umio: MADV_DONTNEED failed: errno {e}");
             let _ = region.pages.unlock(page, was);
             self.wake(addr, ps);

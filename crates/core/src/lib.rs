@@ -26,6 +26,7 @@ mod progress;
 mod promote;
 mod rcu;
 mod region;
+mod remove;
 mod runs;
 mod runtime;
 mod scratch;
@@ -40,8 +41,8 @@ mod unmap;
 mod writeback;
 
 pub use config::{
-    Builder, DEFAULT_AUTO_SHARE, MAX_PAGE_SIZE, MIN_PAGE_SIZE, default_cache_bytes,
-    default_fillers, parse_size,
+    Builder, DEFAULT_AUTO_SHARE, DEFAULT_REMOVE_EVENTS, MAX_PAGE_SIZE, MIN_PAGE_SIZE,
+    default_cache_bytes, default_fillers, parse_size,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
 pub use error::{Errno, Error, Result};
