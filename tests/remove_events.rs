@@ -84,91 +84,169 @@ fn page_of(bytes: &[u8], p: usize) -> &[u8] {
 }
 
 /// Pages 0..16 dirty (written twice, flushed once in between), 16..32
-/// clean with flushed writes, 32..64 clean as read; then the program's own
-/// `madvise` on 8..24 and 40..48.
-fn dropped_pages_read_the_store(advice: i32, name: &'static str) {
-    let _dog = Watchdog::new(name, Duration::from_secs(120));
-    let orig = random_bytes(64 * PAGE, 1);
-    let first = random_bytes(32 * PAGE, 2);
-    let second = random_bytes(16 * PAGE, 3);
-    let (tmp, file) = rw_file_with(&orig);
-    // One filler: the configuration where a reader dropping pages itself
-    // would wait for itself.
-    let rt = runtime(1 << 20, 1);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
-    let m = map.as_mut_slice();
-    m[..32 * PAGE].copy_from_slice(&first);
-    map.flush().unwrap();
-    let m = map.as_mut_slice();
-    m[..16 * PAGE].copy_from_slice(&second);
-    let mut sum = 0u64;
-    for p in 32..64 {
-        sum += u64::from(m[p * PAGE]);
+/// clean with flushed writes, 32..64 clean as read: each page's bytes
+/// before the `madvise` (`before`) and in the store (`store`).
+struct Setup {
+    tmp: tempfile::NamedTempFile,
+    rt: Runtime,
+    map: umio::Mapping,
+    orig: Vec<u8>,
+    first: Vec<u8>,
+    second: Vec<u8>,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let orig = random_bytes(64 * PAGE, 1);
+        let first = random_bytes(32 * PAGE, 2);
+        let second = random_bytes(16 * PAGE, 3);
+        let (tmp, file) = rw_file_with(&orig);
+        // One filler: the configuration where a reader dropping pages
+        // itself would wait for itself.
+        let rt = runtime(1 << 20, 1);
+        let mut map = rt
+            .map_file(&file, MapOptions::new().writable(true))
+            .unwrap();
+        let m = map.as_mut_slice();
+        m[..32 * PAGE].copy_from_slice(&first);
+        map.flush().unwrap();
+        let m = map.as_mut_slice();
+        m[..16 * PAGE].copy_from_slice(&second);
+        let mut sum = 0u64;
+        for p in 32..64 {
+            sum += u64::from(m[p * PAGE]);
+        }
+        std::hint::black_box(sum);
+        assert_eq!(map.dirty_pages(), 16);
+        assert_eq!(rt.stats().resident_bytes, (64 * PAGE) as u64);
+        Setup {
+            tmp,
+            rt,
+            map,
+            orig,
+            first,
+            second,
+        }
     }
-    std::hint::black_box(sum);
-    assert_eq!(map.dirty_pages(), 16);
-    let before = rt.stats();
-    assert_eq!(before.resident_bytes, (64 * PAGE) as u64);
 
-    let ptr = map.as_slice().as_ptr();
-    madvise(ptr, 8..24, advice).unwrap();
-    madvise(ptr, 40..48, advice).unwrap();
+    fn before(&self, p: usize) -> &[u8] {
+        match p {
+            0..16 => page_of(&self.second, p),
+            16..32 => page_of(&self.first, p),
+            _ => page_of(&self.orig, p),
+        }
+    }
 
-    // umio drops the 24 pages (on an evictor, after the events are read).
+    fn store(&self, p: usize) -> &[u8] {
+        match p {
+            0..32 => page_of(&self.first, p),
+            _ => page_of(&self.orig, p),
+        }
+    }
+}
+
+const REMOVED: [std::ops::Range<usize>; 2] = [8..24, 40..48];
+
+fn removed(p: usize) -> bool {
+    REMOVED.iter().any(|r| r.contains(&p))
+}
+
+/// `MADV_DONTNEED`: the pages are gone; umio drops them (unwritten
+/// changes to 8..16 discarded, as a `MAP_PRIVATE` file mapping discards
+/// its private changes), and the next read reads the store.
+#[test]
+fn madv_dontneed_drops_pages_and_the_next_read_reads_the_store() {
+    let _dog = Watchdog::new("MADV_DONTNEED", Duration::from_secs(120));
+    let s = Setup::new();
+    let ptr = s.map.as_slice().as_ptr();
+    for r in REMOVED {
+        madvise(ptr, r, libc::MADV_DONTNEED).unwrap();
+    }
+    // umio settles the 24 pages on an evictor after the events are read.
     eventually(
         "the removed pages dropped",
         Duration::from_millis(5),
-        || rt.stats().removed_pages >= 24,
+        || s.rt.stats().removed_pages >= 24,
     );
-    let after = rt.stats();
-    assert_eq!(after.removed_pages, 24, "{name}: pages dropped");
+    let after = s.rt.stats();
+    assert_eq!(after.removed_pages, 24, "pages dropped");
     assert_eq!(
         after.resident_bytes,
         (40 * PAGE) as u64,
-        "{name}: cache usage after the drop"
+        "cache usage after the drop"
     );
-    assert_eq!(map.dirty_pages(), 8, "{name}: pages 0..8 stay dirty");
-
-    // What each page reads now: the store's bytes where dropped (the
-    // unwritten second writes to 8..16 are gone), the rest as before.
-    let m = map.as_slice();
+    assert_eq!(s.map.dirty_pages(), 8, "pages 0..8 stay dirty");
+    let m = s.map.as_slice();
     for p in 0..64 {
-        let want = match p {
-            0..8 => page_of(&second, p),
-            8..32 => page_of(&first, p),
-            _ => page_of(&orig, p),
-        };
-        assert!(page_of(m, p) == want, "{name}: page {p} reads wrong bytes");
+        let want = if removed(p) { s.store(p) } else { s.before(p) };
+        assert!(page_of(m, p) == want, "page {p} reads wrong bytes");
     }
-    map.flush().unwrap();
-    drop(map);
-    let on_disk = std::fs::read(tmp.path()).unwrap();
+    s.map.flush().unwrap();
+    let on_disk = std::fs::read(s.tmp.path()).unwrap();
     for p in 0..64 {
-        let want = match p {
-            0..8 => page_of(&second, p),
-            8..32 => page_of(&first, p),
-            _ => page_of(&orig, p),
-        };
+        let want = if removed(p) { s.store(p) } else { s.before(p) };
         assert!(
             page_of(&on_disk, p) == want,
-            "{name}: page {p} of the file after flush"
+            "page {p} of the file after flush"
         );
     }
-    let s = rt.stats();
-    assert_eq!(s.no_progress_faults, 0, "{name}: no thread got stuck");
-    assert_eq!(s.read_errors, 0);
+    let st = s.rt.stats();
+    assert_eq!(st.no_progress_faults, 0, "no thread got stuck");
+    assert_eq!(st.read_errors, 0);
 }
 
+/// `MADV_FREE`: the kernel may keep the pages, or take them later; a page
+/// written after the call is kept with the write (an allocator reusing
+/// freed memory). Every page reads what it held or the store's bytes,
+/// every write made after the call is read back and reaches the file.
 #[test]
-fn madv_dontneed_drops_pages_and_the_next_read_reads_the_store() {
-    dropped_pages_read_the_store(libc::MADV_DONTNEED, "MADV_DONTNEED");
-}
-
-#[test]
-fn madv_free_drops_pages_and_the_next_read_reads_the_store() {
-    dropped_pages_read_the_store(libc::MADV_FREE, "MADV_FREE");
+fn madv_free_keeps_later_writes_and_reads_old_or_store_bytes() {
+    let _dog = Watchdog::new("MADV_FREE", Duration::from_secs(120));
+    let mut s = Setup::new();
+    let ptr = s.map.as_slice().as_ptr();
+    for r in REMOVED {
+        madvise(ptr, r, libc::MADV_FREE).unwrap();
+    }
+    // At once, as an allocator handing the memory out again would: a
+    // clean page (20) and a dirty one (10), and one again once settled.
+    let m = s.map.as_mut_slice();
+    m[10 * PAGE..10 * PAGE + 100].fill(b'x');
+    m[20 * PAGE + 7] = b'y';
+    eventually("the events read", Duration::from_millis(5), || {
+        s.rt.stats().remove_events >= 2
+    });
+    std::thread::sleep(4 * Duration::from_millis(2));
+    let m = s.map.as_mut_slice();
+    m[41 * PAGE + 9] = b'z';
+    let check = |got: &[u8], what: &str, s: &Setup| {
+        for p in 0..64 {
+            let g = page_of(got, p);
+            let ok = match p {
+                10 => {
+                    g[..100].iter().all(|&b| b == b'x')
+                        && (g[100..] == s.before(p)[100..] || g[100..] == s.store(p)[100..])
+                }
+                20 | 41 => {
+                    let (at, b) = if p == 20 { (7, b'y') } else { (9, b'z') };
+                    g[at] == b
+                        && (g[..at] == s.before(p)[..at] || g[..at] == s.store(p)[..at])
+                        && (g[at + 1..] == s.before(p)[at + 1..]
+                            || g[at + 1..] == s.store(p)[at + 1..])
+                }
+                _ if removed(p) => g == s.before(p) || g == s.store(p),
+                _ => g == s.before(p),
+            };
+            assert!(
+                ok,
+                "{what}: page {p} holds neither its bytes nor the store's"
+            );
+        }
+    };
+    check(s.map.as_slice(), "the mapping", &s);
+    s.map.flush().unwrap();
+    let on_disk = std::fs::read(s.tmp.path()).unwrap();
+    check(&on_disk, "the file after flush", &s);
+    assert_eq!(s.rt.stats().read_errors, 0);
 }
 
 /// `MADV_REMOVE` needs a shared mapping; umio's memory is private, so the

@@ -62,6 +62,7 @@ impl Shared {
                 // Or a reader that may not evict (remove events,
                 // `remove.rs`): the evictors are kicked, and the thread
                 // faults again.
+                self.kick_evictors();
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
@@ -104,9 +105,9 @@ impl Shared {
             self.budget_of(region).release(ps as u64);
             if region.is_closing() || (e == libc::EEXIST && self.reader_must_not_drop()) {
                 // Being unmapped: unregistering will release the thread.
-                // Or a page the application's own `madvise(MADV_FREE)`
-                // left in place, handed to the evictors to drop by
-                // `install`: the thread faults again.
+                // Or a page present that umio holds empty, handed to the
+                // evictors to drop by `install` (a reader may not): the
+                // thread faults again.
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);

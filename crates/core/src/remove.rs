@@ -3,15 +3,24 @@
 //! called directly rather than through `Mapping::advise`.
 //!
 //! With `UFFD_FEATURE_EVENT_REMOVE` the kernel queues a `UFFD_EVENT_REMOVE`
-//! (start, end) on the userfaultfd before it drops the pages, and the
+//! (start, end) on the userfaultfd before it touches the pages, and the
 //! `madvise` caller sleeps until a reader has read the message; it then
-//! drops the pages on its own time (umio cannot see when). So a reader
-//! only notes the pages umio holds resident in the range and hands them to
-//! the evictors, which drop them as `Advice::DontNeed` does (`drop_pages`:
-//! wait for busy pages, `MADV_DONTNEED`, Empty, dirty state and cache
-//! space released): the next access is an ordinary miss that reads the
-//! store. `MADV_FREE` (whose pages the kernel may keep) is made a
-//! `MADV_DONTNEED` this way.
+//! goes on, on its own time (umio cannot see when): `MADV_DONTNEED` drops
+//! the pages, `MADV_FREE` only marks them free, and the kernel takes them
+//! later under memory pressure, or never if the program writes them first.
+//! The event does not say which. So a reader only notes the pages umio
+//! holds resident in the range, and an evictor settles them a moment
+//! later ([`SETTLE`]): a page whose memory is gone (`mincore`) is dropped
+//! from umio's cache as `Advice::DontNeed` drops it (Empty, its dirty
+//! state and cache space released, no write-back): its next access is an
+//! ordinary miss that reads the store. A page still there (`MADV_FREE`)
+//! stays as it is, bytes and state: a write after `MADV_FREE` keeps the
+//! page, as the kernel keeps it. Meanwhile a thread that faults on a
+//! noted page waits for it to be settled. A page the kernel takes later
+//! (a freed page under memory pressure) is found by the fault path as
+//! before (`progress.rs`), and dropped and read again whether clean or
+//! dirty: with remove events on, only the program's own `madvise` drops
+//! umio pages behind umio's back.
 //!
 //! umio's own drops are `madvise` calls too, and raise the same events.
 //! They are recognised by their pages: a thread that drops pages holds
@@ -28,13 +37,22 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use umio_cache::{Observed, PageState};
 
 use crate::region::Region;
 use crate::shared::Shared;
+use crate::sys::mm;
 use crate::sys::poller::{Poller, Wake};
 use crate::sys::uffd::{UffdMsg, is_reader};
+
+/// How long after its event a noted page is settled: time for the
+/// `madvise` caller, woken by the read, to drop the pages.
+pub(crate) const SETTLE: Duration = Duration::from_millis(2);
+
+/// Pages remove events noted, with when.
+pub(crate) type Removals = Vec<(Arc<Region>, Range<usize>, Instant)>;
 
 impl Shared {
     /// Whether the calling thread must not drop pages itself: it reads
@@ -46,8 +64,8 @@ impl Shared {
 
     /// A reader read `UFFD_EVENT_REMOVE` for `[start, end)`: the pages umio
     /// holds resident there, unlocked (pages umio is dropping itself are
-    /// held busy), go to the evictors to be dropped. A page only partly in
-    /// the range is dropped whole. Never blocks.
+    /// held busy), are noted for the evictors to settle. A page only
+    /// partly in the range is settled whole. Never blocks.
     pub(crate) fn handle_remove(&self, start: usize, end: usize) {
         self.counters().remove_events.fetch_add(1, Relaxed);
         if start >= end {
@@ -84,9 +102,9 @@ impl Shared {
         }
     }
 
-    /// Hands the pages of `[start, end)` to the evictors to be dropped,
+    /// Hands the pages of `[start, end)` to the evictors to be settled,
     /// whatever their state: a reader found a page present that umio
-    /// holds empty (the application's `MADV_FREE` leaves pages in place).
+    /// holds empty, and may not drop it itself.
     pub(crate) fn drop_later(&self, start: usize, end: usize) {
         let table = self.regions();
         for (mapped, region) in table.overlapping(&(start..end)) {
@@ -96,20 +114,91 @@ impl Shared {
         self.kick_evictors();
     }
 
-    /// Drops the pages remove events handed on (an evictor's work, before
-    /// each round).
-    pub(crate) fn serve_removals(&self) {
-        while let Some((region, pages)) = self.next_removal() {
-            let Some(_g) = region.enter() else {
-                continue;
-            };
-            let n = pages.len() as u64;
-            if let Err(e) = self.drop_pages(&region, pages) {
-                log::error!("umio: MADV_DONTNEED after a remove event failed: errno {e}");
+    /// Settles the pages remove events noted at least [`SETTLE`] ago (an
+    /// evictor's work, before each round). Returns whether younger ones
+    /// wait.
+    pub(crate) fn serve_removals(&self) -> bool {
+        let now = Instant::now();
+        let (due, more) = {
+            let mut q = self.removals().lock().unwrap_or_else(|e| e.into_inner());
+            let (due, young): (Vec<_>, Vec<_>) =
+                q.drain(..).partition(|r| now.duration_since(r.2) >= SETTLE);
+            *q = young;
+            (due, !q.is_empty())
+        };
+        for (region, pages, _) in due {
+            if let Some(_g) = region.enter() {
+                self.settle(&region, pages);
+            }
+        }
+        more
+    }
+
+    /// Whether `page` of `region` waits to be settled: its fault waits.
+    pub(crate) fn removal_pending(&self, region: &Region, page: usize) -> bool {
+        self.removals()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(r, pages, _)| r.id == region.id && pages.contains(&page))
+    }
+
+    /// Drops the pages of `pages` whose memory the kernel dropped (in part:
+    /// the rest is dropped here), keeps those it kept, then wakes the
+    /// threads that faulted on them meanwhile.
+    fn settle(&self, region: &Region, pages: Range<usize>) {
+        let ps = region.page_size;
+        self.demote_range(region, &pages);
+        let mut locked = Vec::with_capacity(pages.len());
+        for p in pages.clone() {
+            loop {
+                match region.pages.get(p) {
+                    Observed::Stable(s) => {
+                        if region.pages.try_lock(p, s) {
+                            locked.push((p, s));
+                            break;
+                        }
+                    }
+                    Observed::Busy(_) => std::thread::yield_now(),
+                }
+            }
+        }
+        let (addr, len) = (region.page_addr(pages.start), pages.len() * ps);
+        let mut present = Vec::new();
+        if let Err(e) = mm::resident(addr, len, &mut present) {
+            log::error!("umio: mincore failed: errno {e}");
+            present = vec![true; len.div_ceil(4096)];
+        }
+        let per_page = ps.div_ceil(4096);
+        let mut freed = 0u64;
+        for (p, s) in locked {
+            let sub = &present[(p - pages.start) * per_page..][..per_page];
+            let whole = sub.iter().all(|&x| x);
+            let any = sub.iter().any(|&x| x);
+            if (s == PageState::Empty && !any) || (s != PageState::Empty && whole) {
+                // Nothing to drop, or kept (`MADV_FREE`): as it was.
+                let _ = region.pages.unlock(p, s);
                 continue;
             }
-            self.counters().removed_pages.fetch_add(n, Relaxed);
+            let at = region.page_addr(p);
+            if any && let Err(e) = mm::advise(at, ps, libc::MADV_DONTNEED) {
+                log::error!("umio: MADV_DONTNEED after a remove event failed: errno {e}");
+                let _ = region.pages.unlock(p, s);
+                continue;
+            }
+            if s == PageState::Dirty {
+                region.dirty.fetch_sub(1, Relaxed);
+            }
+            if s != PageState::Empty {
+                freed += ps as u64;
+                self.counters().removed_pages.fetch_add(1, Relaxed);
+            }
+            let _ = region.pages.unlock(p, PageState::Empty);
         }
+        self.budget_of(region).release(freed);
+        // Threads that faulted on these pages meanwhile were left waiting
+        // (`handle_fault`): they retry now.
+        self.wake(addr, len);
     }
 }
 
@@ -152,14 +241,7 @@ impl Shared {
             self.removals()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((region.clone(), pages));
+                .push((region.clone(), pages, Instant::now()));
         }
-    }
-
-    fn next_removal(&self) -> Option<(Arc<Region>, Range<usize>)> {
-        self.removals()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
     }
 }

@@ -63,7 +63,7 @@ pub(crate) struct Shared {
     /// another thread holds busy.
     page_waits: PageWaits,
     /// Pages remove events handed to the evictors (`remove.rs`).
-    removals: Mutex<Vec<(Arc<Region>, Range<usize>)>>,
+    removals: Mutex<crate::remove::Removals>,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -136,7 +136,7 @@ impl Shared {
     }
 
     /// Pages remove events handed to the evictors.
-    pub fn removals(&self) -> &Mutex<Vec<(Arc<Region>, Range<usize>)>> {
+    pub fn removals(&self) -> &Mutex<crate::remove::Removals> {
         &self.removals
     }
 

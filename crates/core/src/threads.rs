@@ -193,9 +193,15 @@ fn prefetch_main(shared: Arc<Shared>) {
 
 fn evictor_main(shared: Arc<Shared>) {
     let mut w = Scratch::new();
+    // Pages noted by remove events are settled a moment later.
+    let mut removals_wait = false;
     while !shared.is_shutting_down() {
-        shared.wait_for_eviction_work(Duration::from_millis(100));
-        shared.serve_removals();
+        shared.wait_for_eviction_work(if removals_wait {
+            crate::remove::SETTLE
+        } else {
+            Duration::from_millis(100)
+        });
+        removals_wait = shared.serve_removals();
         shared.evict_round(&mut w);
     }
 }

@@ -73,7 +73,8 @@ callback_table!(umio_store_ops, required: read, size);
 /// `umio_map_options.store_punch_hole`: a member of the extensible options
 /// rather than of [`umio_store_ops`], which has no `size` member and so
 /// cannot grow without breaking programs built against an older header.
-pub(crate) type PunchHoleFn = unsafe extern "C" fn(user: *mut c_void, offset: u64, len: u64) -> c_int;
+pub(crate) type PunchHoleFn =
+    unsafe extern "C" fn(user: *mut c_void, offset: u64, len: u64) -> c_int;
 
 /// [`umio_store_ops`] copied at map time, with its optional
 /// `punch_hole`; releases `user` on drop.
