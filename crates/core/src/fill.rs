@@ -63,7 +63,6 @@ impl Shared {
                 // `remove.rs`): the evictors are kicked, and the thread
                 // faults again.
                 self.kick_evictors();
-                // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
                 return true;
@@ -108,7 +107,6 @@ impl Shared {
                 // Or a page present that umio holds empty, handed to the
                 // evictors to drop by `install` (a reader may not): the
                 // thread faults again.
-                // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
                 return true;
