@@ -31,6 +31,7 @@ struct Args {
     cache_mib: u64,
     rounds: usize,
     only: Option<String>,
+    remove_events: bool,
 }
 
 fn args() -> Result<Args> {
@@ -59,6 +60,15 @@ fn args() -> Result<Args> {
         )
         .value_parser(["fillers", "in-thread", "mmap"]),
     )
+    .arg(
+        cli::opt(
+            "remove-events",
+            "on|off",
+            "off",
+            "umio's remove events (Builder::remove_events)",
+        )
+        .value_parser(["on", "off"]),
+    )
     .get_matches();
     Ok(Args {
         file: cli::get_opt(&m, "file").ok_or("--file is required")?,
@@ -67,6 +77,7 @@ fn args() -> Result<Args> {
         cache_mib: cli::get(&m, "cache"),
         rounds: cli::get::<usize>(&m, "rounds").max(1),
         only: cli::get_opt(&m, "only"),
+        remove_events: cli::get::<String>(&m, "remove-events") == "on",
     })
 }
 
@@ -102,17 +113,19 @@ fn umio(a: &Args, service: FaultService, seed: u64) -> Result<f64> {
         .cache_bytes(a.cache_mib << 20)
         .page_size(4096)
         .fault_service(service)
+        .remove_events(a.remove_events)
         .build()?;
     let f = File::open(&a.file)?;
     let map = rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))?;
     let rate = run(map.as_ptr() as usize, map.len(), a.threads, a.reads, seed);
     let s = rt.stats();
     eprintln!(
-        "  {}: {} faults ({} in-thread), {} evicted",
+        "  {}: {} faults ({} in-thread), {} evicted, {} remove events",
         service.name(),
         s.faults,
         s.in_thread_faults,
-        s.evicted_pages
+        s.evicted_pages,
+        s.remove_events
     );
     Ok(rate)
 }

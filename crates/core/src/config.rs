@@ -58,6 +58,7 @@ pub struct Builder {
     fault_service: Option<FaultService>,
     trace_faults: bool,
     page_cache: bool,
+    remove_events: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -100,6 +101,7 @@ impl Default for Builder {
             promote: PromoteKind::default(),
             uffd_mode: UffdMode::default(),
             fault_service: None,
+            remove_events: DEFAULT_REMOVE_EVENTS,
             trace_faults: false,
             page_cache: false,
         }
@@ -287,6 +289,27 @@ impl Builder {
         self
     }
 
+    /// Whether the runtime asks the kernel for remove events
+    /// (`UFFD_FEATURE_EVENT_REMOVE`), so that the application's own
+    /// `madvise(MADV_DONTNEED)` or `MADV_FREE` on umio memory (called
+    /// directly, not through [`Mapping::advise`](crate::Mapping::advise))
+    /// drops the pages from umio's cache as
+    /// [`Advice::DontNeed`](crate::Advice::DontNeed) does: the next access
+    /// reads the store. Off, such a call zaps pages umio still counts
+    /// resident, and a thread that touches one is only noticed after a
+    /// thousand faults in a row (a clean page is filled again, a dirty one
+    /// poisoned: `Stats::no_progress_faults`).
+    ///
+    /// The price: umio's own evictions are `madvise` calls too, and each
+    /// run of pages evicted then waits until a filler (or, in-thread, the
+    /// `umio-events` thread) has read its event, a thread hand-off per
+    /// run. Default off (see `docs/ARCHITECTURE.md`, "Remove events", for
+    /// the measured cost). Ignored on a kernel without the feature.
+    pub fn remove_events(mut self, on: bool) -> Self {
+        self.remove_events = on;
+        self
+    }
+
     /// Records the time stamp counter at each step of every miss, for
     /// benchmarks: [`Runtime::last_fault_trace`](crate::Runtime::last_fault_trace) returns the most recent.
     /// Default off; off, the fault path only tests that it is off.
@@ -449,6 +472,7 @@ impl Builder {
                 evictors: self.evictors,
                 page_cache: self.page_cache,
                 fault_service,
+                remove_events: self.remove_events,
             },
             cache_bytes,
             huge_cache_bytes: self.huge_cache_bytes,
@@ -462,6 +486,9 @@ impl Builder {
         })
     }
 }
+
+/// [`Builder::remove_events`]'s default.
+pub const DEFAULT_REMOVE_EVENTS: bool = false;
 
 /// The share of `UMIO_CACHE_BYTES=auto`.
 pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
@@ -577,6 +604,9 @@ pub(crate) struct Config {
     /// As asked: `Auto` is resolved when the runtime starts (see
     /// `Shared::in_thread` for what it became).
     pub fault_service: FaultService,
+    /// Remove events are on (`Builder::remove_events`, and the kernel has
+    /// them: resolved when the runtime starts).
+    pub remove_events: bool,
 }
 
 /// A checked [`Builder`]: the runtime's [`Config`] and what starting it

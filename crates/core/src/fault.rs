@@ -75,6 +75,14 @@ impl Shared {
                     // the kernel dropped the page's mapping behind umio's
                     // back.
                     if missing || !region.writable {
+                        if missing && self.cfg().remove_events && self.removal_pending(region, page)
+                        {
+                            // Dropped by the program's own `madvise`, not
+                            // yet settled (`remove.rs`): settling wakes the
+                            // thread.
+                            self.counters().stale.fetch_add(1, Relaxed);
+                            return;
+                        }
                         if missing && self.progress().stalled(w.thread, region.page_addr(page)) {
                             let _ = self.unstick(region, page, s);
                             return;
@@ -178,6 +186,16 @@ impl Shared {
                     // back.
                     let wp = region.writable && write != Some(false);
                     if !wp {
+                        if self.cfg().remove_events && self.removal_pending(region, page) {
+                            // Dropped by the program's own `madvise`, not
+                            // yet settled (`remove.rs`): wait, then retry.
+                            self.counters().stale.fetch_add(1, Relaxed);
+                            self.wait_unlocked(
+                                || self.removal_pending(region, page),
+                                IN_THREAD_WAIT,
+                            );
+                            return true;
+                        }
                         if self.progress().stalled(w.thread, region.page_addr(page)) {
                             return self.unstick(region, page, s);
                         }
@@ -201,8 +219,9 @@ impl Shared {
     /// kernel dropped the page's mapping (an `madvise(MADV_DONTNEED)` or
     /// `MADV_FREE` umio did not make). A clean page is dropped, so that the
     /// next fault fills it again; a dirty page's changes are lost, so it is
-    /// poisoned: the thread gets SIGBUS rather than the file's old bytes.
-    /// Logged and counted (`no_progress_faults`).
+    /// poisoned: the thread gets SIGBUS rather than the file's old bytes
+    /// (with remove events on, dropped and filled again too: see
+    /// `remove.rs`). Logged and counted (`no_progress_faults`).
     ///
     /// [`STUCK_AFTER`]: crate::progress::STUCK_AFTER
     ///
@@ -218,7 +237,10 @@ impl Shared {
         }
         self.counters().no_progress_faults.fetch_add(1, Relaxed);
         region.stats.no_progress_faults.fetch_add(1, Relaxed);
-        let dirty = was == PageState::Dirty;
+        // With remove events on, only the program's own `madvise` drops
+        // umio pages behind umio's back (a page it freed with `MADV_FREE`,
+        // taken by the kernel later): its changes were given up, not lost.
+        let dirty = was == PageState::Dirty && !self.cfg().remove_events;
         log::error!(
             "umio: a thread faulted {} times in a row on page {page} of region {} \
              ({ps} bytes at {addr:#x}), which umio holds resident ({}): its mapping \
@@ -233,13 +255,18 @@ impl Shared {
                 "the page is dropped and filled again"
             }
         );
-        if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
+        // A reader may not drop pages itself while remove events are on
+        // (its `madvise` would wait for a reader: `remove.rs`); the page's
+        // mapping is gone anyway, which is why the thread is stuck.
+        if !self.reader_must_not_drop()
+            && let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED)
+        {
             log::error!("umio: MADV_DONTNEED failed: errno {e}");
             let _ = region.pages.unlock(page, was);
             self.wake(addr, ps);
             return true;
         }
-        if dirty {
+        if was == PageState::Dirty {
             region.dirty.fetch_sub(1, Relaxed);
         }
         self.budget_of(region).release(ps as u64);

@@ -57,8 +57,12 @@ impl Shared {
         let ps = region.page_size;
         let addr = region.page_addr(page);
         if !self.reserve(w, ps as u64, true, region) {
-            if region.is_closing() {
+            if region.is_closing() || self.reader_must_not_drop() {
                 // Being unmapped: unregistering will release the thread.
+                // Or a reader that may not evict (remove events,
+                // `remove.rs`): the evictors are kicked, and the thread
+                // faults again.
+                self.kick_evictors();
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
                 return true;
@@ -96,8 +100,11 @@ impl Shared {
         let copied = self.install(addr, src, wp, true);
         if let Err(e) = copied {
             self.budget_of(region).release(ps as u64);
-            if region.is_closing() {
+            if region.is_closing() || (e == libc::EEXIST && self.reader_must_not_drop()) {
                 // Being unmapped: unregistering will release the thread.
+                // Or a page present that umio holds empty, handed to the
+                // evictors to drop by `install` (a reader may not): the
+                // thread faults again.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
                 return true;
@@ -282,6 +289,12 @@ impl Shared {
             // `at - dst + n <= src.len()`: within the source.
             let from = &src[at - dst..at - dst + n];
             match self.uffd().copy(at, from, wp, dontwake) {
+                Err(libc::EEXIST) if self.reader_must_not_drop() => {
+                    // A reader may not drop pages itself (`remove.rs`):
+                    // the evictors do, once this thread unlocks them.
+                    self.drop_later(at, at + n);
+                    Err(libc::EEXIST)
+                }
                 Err(libc::EEXIST) => {
                     // We hold every page of the range busy and Empty, so a
                     // present page is stale: drop it and copy again.
@@ -346,6 +359,7 @@ impl Shared {
     ) -> bool {
         let mut deadline = None;
         let budget = self.budget_of(region);
+        let may_reclaim = may_reclaim && !self.reader_must_not_drop();
         loop {
             // The huge pool's reservations are 2 MiB or more: no batching.
             let got = if region.huge_pool {

@@ -55,11 +55,21 @@ impl Builder {
             in_thread::ensure_installed()?;
             wanted |= feature::SIGBUS;
         }
+        settings.cfg.remove_events &= features.bits() & feature::EVENT_REMOVE != 0;
+        if settings.cfg.remove_events {
+            wanted |= feature::EVENT_REMOVE;
+        }
         uffd.api(features.bits() & wanted)
             .map_err(|e| Error::os("UFFDIO_API", e))?;
         // In-thread, no fault event is ever queued: no filler is needed.
         let fillers = if in_thread { 0 } else { settings.cfg.fillers };
-        let evictors = settings.evictors;
+        // With remove events, the evictors also drop the pages the
+        // application's own `madvise` removed (`remove.rs`): one at least.
+        let evictors = if settings.cfg.remove_events {
+            settings.evictors.max(1)
+        } else {
+            settings.evictors
+        };
         let shared = Arc::new(Shared::new(settings, uffd, features)?);
         let mut threads = Vec::new();
         let started = threads::spawn_all(&shared, fillers, evictors, &mut threads);

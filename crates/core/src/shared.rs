@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     /// Where faulting threads of an in-thread runtime wait for a page
     /// another thread holds busy.
     page_waits: PageWaits,
+    /// Pages remove events handed to the evictors (`remove.rs`).
+    removals: Mutex<crate::remove::Removals>,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -124,12 +126,18 @@ impl Shared {
             trace: s.trace_faults.then(Box::default),
             in_thread,
             page_waits: PageWaits::default(),
+            removals: Mutex::new(Vec::new()),
         })
     }
 
     #[inline]
     pub fn cfg(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Pages remove events handed to the evictors.
+    pub fn removals(&self) -> &Mutex<crate::remove::Removals> {
+        &self.removals
     }
 
     #[inline]

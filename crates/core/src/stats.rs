@@ -160,6 +160,13 @@ counters! {
     /// (SIGBUS: its changes are lost). Each is logged; 0 in a correct
     /// program.
     no_progress_faults,
+    /// `UFFD_EVENT_REMOVE` messages read (`Builder::remove_events`): the
+    /// application's own `madvise` on umio memory, and umio's own drops.
+    remove_events,
+    /// Pages dropped from the cache because the application's own
+    /// `madvise(MADV_DONTNEED)` or `MADV_FREE` removed them (remove
+    /// events): their next access reads the store.
+    removed_pages,
 }
 
 macro_rules! region_counters {

@@ -7,6 +7,7 @@
 //! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
 //! | `umio-prefetch`, `umio-prefetch-1` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
+//! | `umio-events` (in-thread, with remove events) | `remove::events_main`: read remove events (`remove.rs`) | nothing |
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub(crate) fn spawn_all(
     if shared.cfg().cache_auto.is_some() {
         spawn("umio-autosize".into(), autosize_main, threads)?;
     }
+    if fillers == 0 && shared.cfg().remove_events {
+        spawn("umio-events".into(), crate::remove::events_main, threads)?;
+    }
     for i in 0..PREFETCH_THREADS {
         let name = match i {
             0 => "umio-prefetch".to_string(),
@@ -84,6 +88,7 @@ fn filler_main(shared: Arc<Shared>) {
             return;
         }
     };
+    crate::sys::uffd::mark_reader();
     let mut w = Scratch::new();
     let mut msgs = vec![UffdMsg::default(); shared.cfg().max_fault_events];
     // After handling what one read returned, a filler either goes back to
@@ -127,6 +132,8 @@ fn filler_main(shared: Arc<Shared>) {
                     w.thread = m.thread_id();
                     shared.handle_fault(&mut w, addr, flags);
                     shared.counters().fault_latency.record(read_done.elapsed());
+                } else if let Some((start, end)) = m.remove() {
+                    shared.handle_remove(start, end);
                 }
             }
             let poll_next = match shared.cfg().filler_wait {
@@ -137,7 +144,10 @@ fn filler_main(shared: Arc<Shared>) {
                     polling
                 }
             };
-            if !poll_next && n < msgs.len() {
+            // Messages this filler took off the descriptor while an ioctl
+            // of its own waited for a remove event to be read are served
+            // before it sleeps.
+            if !poll_next && n < msgs.len() && !shared.uffd().has_stashed() {
                 break;
             }
         }
@@ -183,8 +193,15 @@ fn prefetch_main(shared: Arc<Shared>) {
 
 fn evictor_main(shared: Arc<Shared>) {
     let mut w = Scratch::new();
+    // Pages noted by remove events are settled a moment later.
+    let mut removals_wait = false;
     while !shared.is_shutting_down() {
-        shared.wait_for_eviction_work(Duration::from_millis(100));
+        shared.wait_for_eviction_work(if removals_wait {
+            crate::remove::SETTLE
+        } else {
+            Duration::from_millis(100)
+        });
+        removals_wait = shared.serve_removals();
         shared.evict_round(&mut w);
     }
 }

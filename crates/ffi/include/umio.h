@@ -110,7 +110,8 @@
 // file's bytes in the range punched out, the pages dropped; the range
 // reads zeros afterwards, in the mapping and in the file (a writable
 // mapping; whole 4 KiB pages; EOPNOTSUPP where the file system cannot
-// punch holes).
+// punch holes). A C store's bytes are punched by its
+// umio_map_options.store_punch_hole; without one, EOPNOTSUPP.
 #define UMIO_ADVICE_REMOVE 9
 
 // Evict the range's pages now (MADV_COLD), dirty ones written back
@@ -354,6 +355,16 @@ struct umio_map_options {
   // page: raise vm.nr_hugepages). UMIO_HUGETLB_FALLBACK: the same,
   // or ordinary memory with 2 MiB pages when the pool is empty. 0: no.
   int hugetlb;
+  // Optional with store (must be NULL without it): sets len bytes
+  // of the store at offset to zeros, freeing their space if the store
+  // can (a file's fallocate(FALLOC_FL_PUNCH_HOLE)), without changing
+  // its length; returns 0 or a negative errno. Called with
+  // store->user, from any thread, by umio_advise(...,
+  // UMIO_ADVICE_REMOVE). NULL (or a program built against a header
+  // without this member): UMIO_ADVICE_REMOVE fails with EOPNOTSUPP.
+  // A member here rather than in struct umio_store_ops, which has no
+  // size member to grow by.
+  int (*store_punch_hole)(void *user, uint64_t offset, uint64_t len);
 };
 
 // The runtime's configuration: see umio_config_get.

@@ -1,6 +1,7 @@
 //! A store written in C: `struct umio_store_ops` as a [`Store`].
 
 use std::ffi::{c_int, c_void};
+use std::ops::Deref;
 
 use umio_backends::{Store, StoreError, StoreOp};
 
@@ -68,8 +69,37 @@ fn errno_of(ret: i64) -> i32 {
 
 callback_table!(umio_store_ops, required: read, size);
 
-/// [`umio_store_ops`] copied at map time; releases `user` on drop.
-pub(crate) type CStore = OwnedOps<umio_store_ops>;
+/// The optional hole-punching callback of a C store,
+/// `umio_map_options.store_punch_hole`: a member of the extensible options
+/// rather than of [`umio_store_ops`], which has no `size` member and so
+/// cannot grow without breaking programs built against an older header.
+pub(crate) type PunchHoleFn =
+    unsafe extern "C" fn(user: *mut c_void, offset: u64, len: u64) -> c_int;
+
+/// [`umio_store_ops`] copied at map time, with its optional
+/// `punch_hole`; releases `user` on drop.
+pub(crate) struct CStore {
+    ops: OwnedOps<umio_store_ops>,
+    punch_hole: Option<PunchHoleFn>,
+}
+
+impl CStore {
+    /// Takes ownership of `ops.user` (released on drop).
+    pub(crate) fn new(ops: &umio_store_ops, punch_hole: Option<PunchHoleFn>) -> CStore {
+        CStore {
+            ops: OwnedOps::new(ops),
+            punch_hole,
+        }
+    }
+}
+
+impl Deref for CStore {
+    type Target = OwnedOps<umio_store_ops>;
+
+    fn deref(&self) -> &OwnedOps<umio_store_ops> {
+        &self.ops
+    }
+}
 
 impl Store for CStore {
     fn len(&self) -> Result<u64, StoreError> {
@@ -143,6 +173,26 @@ impl Store for CStore {
 
     fn is_writable(&self) -> bool {
         self.write.is_some()
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
+        let Some(punch_hole) = self.punch_hole else {
+            return Err(StoreError::new(
+                StoreOp::PunchHole,
+                offset,
+                libc::EOPNOTSUPP,
+            ));
+        };
+        // SAFETY: as in `len`.
+        let r = unsafe { punch_hole(self.user, offset, len) };
+        if r < 0 {
+            return Err(StoreError::new(
+                StoreOp::PunchHole,
+                offset,
+                errno_of(r.into()),
+            ));
+        }
+        Ok(())
     }
 
     fn name(&self) -> &str {

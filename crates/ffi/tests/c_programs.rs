@@ -203,6 +203,7 @@ c_tests! {
     durability, durability_sanitized: &[], "durability:";
     offset_tail, offset_tail_sanitized: &[], "offset_tail:";
     c_store, c_store_sanitized: &[], "c_store:";
+    store_punch_hole, store_punch_hole_sanitized: &[], "store_punch_hole:";
     c_policies, c_policies_sanitized: &[], "c_policies:";
     config_env, config_env_sanitized: CONFIG_ENV, "config_env:";
     config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";

@@ -136,6 +136,23 @@ pub(crate) fn advise(addr: usize, len: usize, advice: libc::c_int) -> Result<(),
     if r == 0 { Ok(()) } else { Err(errno()) }
 }
 
+/// Which 4 KiB pages of `[addr, addr+len)` (a range of a region of ours,
+/// 4 KiB-aligned) have memory behind them now (`mincore`): one entry per
+/// 4 KiB page into `out`, cleared first.
+pub(crate) fn resident(addr: usize, len: usize, out: &mut Vec<bool>) -> Result<(), i32> {
+    let n = len.div_ceil(4096);
+    let mut vec = vec![0u8; n];
+    // SAFETY: mincore writes one byte per page of the range into `vec`,
+    // which has room for `n`; it reads no memory of the range.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if r != 0 {
+        return Err(errno());
+    }
+    out.clear();
+    out.extend(vec.iter().map(|b| b & 1 != 0));
+    Ok(())
+}
+
 /// `PIDFD_SELF` (Linux 6.14): a pidfd meaning the calling process.
 const PIDFD_SELF: libc::c_int = -10000;
 /// Most ranges one `process_madvise` takes (`UIO_MAXIOV`).

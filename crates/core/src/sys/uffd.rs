@@ -1,7 +1,11 @@
 //! userfaultfd: the descriptor, its ioctls and its messages
 //! (`include/uapi/linux/userfaultfd.h`).
 
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use super::errno;
 
@@ -162,13 +166,16 @@ pub(crate) mod feature {
 
 /// `uffd_msg.event` of a page fault.
 const EVENT_PAGEFAULT: u8 = 0x12;
+/// `uffd_msg.event` of `madvise(MADV_DONTNEED/MADV_FREE/MADV_REMOVE)` on a
+/// registered range, with `UFFD_FEATURE_EVENT_REMOVE`.
+const EVENT_REMOVE: u8 = 0x15;
 /// `uffd_msg.arg.pagefault.flags` bits.
 pub(crate) const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 pub(crate) const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
 /// `struct uffd_msg`: 32 bytes, the event tag then a union.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct UffdMsg {
     event: u8,
     reserved1: u8,
@@ -183,6 +190,13 @@ impl UffdMsg {
     /// The page fault this message reports: (address, flags).
     pub(crate) fn pagefault(&self) -> Option<(usize, u64)> {
         (self.event == EVENT_PAGEFAULT).then_some((self.arg[1] as usize, self.arg[0]))
+    }
+
+    /// The range `[start, end)` this message says is being removed
+    /// (`UFFD_EVENT_REMOVE`). The `madvise` caller waits until the message
+    /// is read, then drops the pages.
+    pub(crate) fn remove(&self) -> Option<(usize, usize)> {
+        (self.event == EVENT_REMOVE).then_some((self.arg[0] as usize, self.arg[1] as usize))
     }
 
     /// The faulting thread's id, with `UFFD_FEATURE_THREAD_ID` (0
@@ -203,7 +217,37 @@ pub(crate) struct OpenFailure {
 #[derive(Debug)]
 pub(crate) struct Uffd {
     fd: OwnedFd,
+    /// Messages a reader took off the descriptor while one of its own
+    /// ioctls was refused with `EAGAIN` (see [`mark_reader`]), returned
+    /// first by the next [`read_messages`](Uffd::read_messages).
+    stash: Mutex<Vec<UffdMsg>>,
+    stashed: AtomicBool,
 }
+
+thread_local! {
+    /// This thread reads the descriptor's messages (a filler).
+    static READER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread a reader of its runtime's messages. While a
+/// remove event is pending (`UFFD_FEATURE_EVENT_REMOVE`), every
+/// `UFFDIO_COPY`, `UFFDIO_WRITEPROTECT` and `UFFDIO_POISON` fails with
+/// `EAGAIN` until someone reads it; a reader retrying its own ioctl reads
+/// the pending messages itself (into the stash) rather than wait for
+/// another reader that may be retrying too.
+pub(crate) fn mark_reader() {
+    READER.with(|r| r.set(true));
+}
+
+/// Whether the calling thread reads its runtime's messages.
+pub(crate) fn is_reader() -> bool {
+    READER.with(|r| r.get())
+}
+
+/// How long an ioctl retries `EAGAIN` (a remove event not yet read) before
+/// it gives up: readers never block, so this is only reached if the
+/// threads that read the descriptor are gone.
+const EAGAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl AsRawFd for Uffd {
     fn as_raw_fd(&self) -> RawFd {
@@ -235,7 +279,7 @@ impl Uffd {
         if fd >= 0 {
             // SAFETY: fd is a fresh descriptor that nothing else owns.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            return Ok(Uffd { fd });
+            return Ok(Uffd::from_fd(fd));
         }
         let syscall_errno = errno();
         let dev = c"/dev/userfaultfd";
@@ -260,7 +304,39 @@ impl Uffd {
         }
         // SAFETY: fd is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Uffd { fd })
+        Ok(Uffd::from_fd(fd))
+    }
+
+    fn from_fd(fd: OwnedFd) -> Uffd {
+        Uffd {
+            fd,
+            stash: Mutex::new(Vec::new()),
+            stashed: AtomicBool::new(false),
+        }
+    }
+
+    /// An ioctl was refused with `EAGAIN`: a remove or unmap event is
+    /// pending. A reader takes the pending messages off the descriptor
+    /// (so that the event's `madvise` caller goes on); anyone else yields
+    /// to the readers.
+    fn on_eagain(&self) {
+        if is_reader() {
+            let mut buf = [UffdMsg::default(); 16];
+            if let Ok(n) = self.read_raw(&mut buf)
+                && n > 0
+            {
+                let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+                stash.extend_from_slice(&buf[..n]);
+                self.stashed.store(true, Ordering::Release);
+                return;
+            }
+        }
+        std::thread::yield_now();
+    }
+
+    /// Whether a reader stashed messages that no one has read yet.
+    pub(crate) fn has_stashed(&self) -> bool {
+        self.stashed.load(Ordering::Acquire)
     }
 
     /// `UFFDIO_API`: enables `features` and returns every feature the
@@ -338,6 +414,7 @@ impl Uffd {
             if wp { COPY_MODE_WP } else { 0 } | if dontwake { COPY_MODE_DONTWAKE } else { 0 };
         let mut done = 0usize;
         let mut tries = 0;
+        let mut since: Option<Instant> = None;
         while done < len {
             let mut c = UffdioCopy {
                 dst: (dst + done) as u64,
@@ -357,11 +434,14 @@ impl Uffd {
             if c.copy > 0 {
                 done += c.copy as usize;
             }
-            if e != libc::EAGAIN || tries > 10_000 {
+            if e != libc::EAGAIN
+                || (tries > 10_000
+                    && since.get_or_insert_with(Instant::now).elapsed() > EAGAIN_TIMEOUT)
+            {
                 return Err(e);
             }
             tries += 1;
-            std::thread::yield_now();
+            self.on_eagain();
         }
         Ok(())
     }
@@ -395,7 +475,7 @@ impl Uffd {
                 return Ok(());
             }
             match errno() {
-                libc::EAGAIN => std::thread::yield_now(),
+                libc::EAGAIN => self.on_eagain(),
                 e => return Err(e),
             }
         }
@@ -412,13 +492,46 @@ impl Uffd {
             mode: 0,
             updated: 0,
         };
-        // SAFETY: p is a valid UffdioPoison on a registered range.
-        let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_POISON, &mut p) };
-        if r < 0 { Err(errno()) } else { Ok(()) }
+        let begin = Instant::now();
+        loop {
+            // SAFETY: p is a valid UffdioPoison on a registered range.
+            let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_POISON, &mut p) };
+            if r == 0 {
+                return Ok(());
+            }
+            match errno() {
+                libc::EAGAIN if begin.elapsed() < EAGAIN_TIMEOUT => {
+                    if p.updated > 0 {
+                        p.range.start += p.updated as u64;
+                        p.range.len -= p.updated as u64;
+                        p.updated = 0;
+                    }
+                    self.on_eagain();
+                }
+                e => return Err(e),
+            }
+        }
     }
 
-    /// Reads up to `buf.len()` pending messages; 0 if none is pending.
+    /// Reads up to `buf.len()` pending messages, those a reader stashed
+    /// first; 0 if none is pending.
     pub(crate) fn read_messages(&self, buf: &mut [UffdMsg]) -> Result<usize, Errno> {
+        if self.has_stashed() {
+            let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+            let n = stash.len().min(buf.len());
+            buf[..n].copy_from_slice(&stash[..n]);
+            stash.drain(..n);
+            if stash.is_empty() {
+                self.stashed.store(false, Ordering::Release);
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        self.read_raw(buf)
+    }
+
+    fn read_raw(&self, buf: &mut [UffdMsg]) -> Result<usize, Errno> {
         loop {
             // SAFETY: buf is writable memory of buf.len() messages; the
             // kernel writes whole messages only.

@@ -16,7 +16,8 @@ use crate::prefetcher::{CPrefetcher, umio_prefetch_ops};
 use crate::promoter::{CPromoter, umio_promote_ops};
 use crate::store::{CStore, umio_store_ops};
 
-// SAFETY: repr(C), `size` first, integers and raw pointers only.
+// SAFETY: repr(C), `size` first, integers, raw pointers and nullable
+// function pointers (`Option<fn>`: all zeros is `None`) only.
 unsafe impl Extensible for umio_map_options {}
 
 /// Read-ahead window of a region whose options name a policy but no window.
@@ -87,6 +88,17 @@ pub struct umio_map_options {
     /// page: raise `vm.nr_hugepages`). `UMIO_HUGETLB_FALLBACK`: the same,
     /// or ordinary memory with 2 MiB pages when the pool is empty. 0: no.
     pub hugetlb: c_int,
+    /// Optional with `store` (must be NULL without it): sets `len` bytes
+    /// of the store at `offset` to zeros, freeing their space if the store
+    /// can (a file's `fallocate(FALLOC_FL_PUNCH_HOLE)`), without changing
+    /// its length; returns 0 or a negative errno. Called with
+    /// `store->user`, from any thread, by `umio_advise(...,
+    /// UMIO_ADVICE_REMOVE)`. NULL (or a program built against a header
+    /// without this member): `UMIO_ADVICE_REMOVE` fails with `EOPNOTSUPP`.
+    /// A member here rather than in `struct umio_store_ops`, which has no
+    /// `size` member to grow by.
+    pub store_punch_hole:
+        Option<unsafe extern "C" fn(user: *mut c_void, offset: u64, len: u64) -> c_int>,
 }
 
 /// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
@@ -170,7 +182,7 @@ pub unsafe extern "C" fn umio_map(
         // (and released) on every early return.
         let store = (!o.store.is_null()).then(|| {
             // SAFETY: non-null, aligned, valid by the caller's promise.
-            CStore::new(unsafe { &*o.store })
+            CStore::new(unsafe { &*o.store }, o.store_punch_hole)
         });
         let prefetcher = (!o.prefetcher.is_null()).then(|| {
             // SAFETY: non-null, aligned, valid by the caller's promise.
@@ -180,6 +192,9 @@ pub unsafe extern "C" fn umio_map(
             // SAFETY: non-null, aligned, valid by the caller's promise.
             CPromoter::new(unsafe { &*o.promoter })
         });
+        if store.is_none() && o.store_punch_hole.is_some() {
+            return Err(Errno(libc::EINVAL));
+        }
         // SAFETY: the caller promised a NUL-terminated string or NULL.
         let backend_name = unsafe { name(o.backend) }?;
         let rados = backend_name.and_then(|b| b.strip_prefix("rados:"));

@@ -33,7 +33,8 @@ pub const UMIO_ADVICE_NOHUGE: c_int = 15;
 /// file's bytes in the range punched out, the pages dropped; the range
 /// reads zeros afterwards, in the mapping and in the file (a writable
 /// mapping; whole 4 KiB pages; `EOPNOTSUPP` where the file system cannot
-/// punch holes).
+/// punch holes). A C store's bytes are punched by its
+/// `umio_map_options.store_punch_hole`; without one, `EOPNOTSUPP`.
 pub const UMIO_ADVICE_REMOVE: c_int = 9;
 /// Evict the range's pages now (`MADV_COLD`), dirty ones written back
 /// first.

@@ -1,0 +1,247 @@
+//! Remove events (`Builder::remove_events`): the application's own
+//! `madvise(MADV_DONTNEED)`, `MADV_FREE` or `MADV_REMOVE` on umio memory,
+//! called directly rather than through `Mapping::advise`.
+//!
+//! With `UFFD_FEATURE_EVENT_REMOVE` the kernel queues a `UFFD_EVENT_REMOVE`
+//! (start, end) on the userfaultfd before it touches the pages, and the
+//! `madvise` caller sleeps until a reader has read the message; it then
+//! goes on, on its own time (umio cannot see when): `MADV_DONTNEED` drops
+//! the pages, `MADV_FREE` only marks them free, and the kernel takes them
+//! later under memory pressure, or never if the program writes them first.
+//! The event does not say which. So a reader only notes the pages umio
+//! holds resident in the range, and an evictor settles them a moment
+//! later ([`SETTLE`]): a page whose memory is gone (`mincore`) is dropped
+//! from umio's cache as `Advice::DontNeed` drops it (Empty, its dirty
+//! state and cache space released, no write-back): its next access is an
+//! ordinary miss that reads the store. A page still there (`MADV_FREE`)
+//! stays as it is, bytes and state: a write after `MADV_FREE` keeps the
+//! page, as the kernel keeps it. Meanwhile a thread that faults on a
+//! noted page waits for it to be settled. A page the kernel takes later
+//! (a freed page under memory pressure) is found by the fault path as
+//! before (`progress.rs`), and dropped and read again whether clean or
+//! dirty: with remove events on, only the program's own `madvise` drops
+//! umio pages behind umio's back.
+//!
+//! umio's own drops are `madvise` calls too, and raise the same events.
+//! They are recognised by their pages: a thread that drops pages holds
+//! every one of them busy (evicting, dropping, unmapping), and a reader
+//! hands on only pages it finds resident and unlocked. What keeps a
+//! `madvise` caller from waiting forever is that no reader ever waits on
+//! one: a reader (a filler; in-thread, the `umio-events` thread) never
+//! drops pages itself (no direct reclaim: a miss that finds the cache
+//! full lets the thread fault again once the evictors made room), and a
+//! reader whose ioctl is refused with `EAGAIN` while an event is pending
+//! reads the pending messages itself (`sys/uffd.rs`, `on_eagain`).
+
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use umio_cache::{Observed, PageState};
+
+use crate::region::Region;
+use crate::shared::Shared;
+use crate::sys::mm;
+use crate::sys::poller::{Poller, Wake};
+use crate::sys::uffd::{UffdMsg, is_reader};
+
+/// How long after its event a noted page is settled: time for the
+/// `madvise` caller, woken by the read, to drop the pages.
+pub(crate) const SETTLE: Duration = Duration::from_millis(2);
+
+/// Pages remove events noted, with when.
+pub(crate) type Removals = Vec<(Arc<Region>, Range<usize>, Instant)>;
+
+impl Shared {
+    /// Whether the calling thread must not drop pages itself: it reads
+    /// the userfaultfd while remove events are on, and its own
+    /// `madvise` would wait for a reader, maybe itself.
+    pub(crate) fn reader_must_not_drop(&self) -> bool {
+        self.cfg().remove_events && is_reader()
+    }
+
+    /// A reader read `UFFD_EVENT_REMOVE` for `[start, end)`: the pages umio
+    /// holds resident there, unlocked (pages umio is dropping itself are
+    /// held busy), are noted for the evictors to settle. A page only
+    /// partly in the range is settled whole. Never blocks.
+    pub(crate) fn handle_remove(&self, start: usize, end: usize) {
+        self.counters().remove_events.fetch_add(1, Relaxed);
+        if start >= end {
+            return;
+        }
+        let table = self.regions();
+        let mut queued = false;
+        for (mapped, region) in table.overlapping(&(start..end)) {
+            let (lo, hi) = (start.max(mapped.start), end.min(mapped.end));
+            let (first, last) = (region.page_of(lo), region.page_of(hi - 1) + 1);
+            let mut run: Option<Range<usize>> = None;
+            for p in first..last {
+                let resident = matches!(
+                    region.pages.get(p),
+                    Observed::Stable(PageState::Clean | PageState::Dirty)
+                );
+                match (&mut run, resident) {
+                    (Some(r), true) => r.end = p + 1,
+                    (None, true) => run = Some(p..p + 1),
+                    (Some(_), false) => {
+                        self.queue_removal(&region, run.take().unwrap_or_default());
+                        queued = true;
+                    }
+                    (None, false) => {}
+                }
+            }
+            if let Some(r) = run {
+                self.queue_removal(&region, r);
+                queued = true;
+            }
+        }
+        if queued {
+            self.kick_evictors();
+        }
+    }
+
+    /// Hands the pages of `[start, end)` to the evictors to be settled,
+    /// whatever their state: a reader found a page present that umio
+    /// holds empty, and may not drop it itself.
+    pub(crate) fn drop_later(&self, start: usize, end: usize) {
+        let table = self.regions();
+        for (mapped, region) in table.overlapping(&(start..end)) {
+            let (lo, hi) = (start.max(mapped.start), end.min(mapped.end));
+            self.queue_removal(&region, region.page_of(lo)..region.page_of(hi - 1) + 1);
+        }
+        self.kick_evictors();
+    }
+
+    /// Settles the pages remove events noted at least [`SETTLE`] ago (an
+    /// evictor's work, before each round). Returns whether younger ones
+    /// wait.
+    pub(crate) fn serve_removals(&self) -> bool {
+        let now = Instant::now();
+        let (due, more) = {
+            let mut q = self.removals().lock().unwrap_or_else(|e| e.into_inner());
+            let (due, young): (Vec<_>, Vec<_>) =
+                q.drain(..).partition(|r| now.duration_since(r.2) >= SETTLE);
+            *q = young;
+            (due, !q.is_empty())
+        };
+        for (region, pages, _) in due {
+            if let Some(_g) = region.enter() {
+                self.settle(&region, pages);
+            }
+        }
+        more
+    }
+
+    /// Whether `page` of `region` waits to be settled: its fault waits.
+    pub(crate) fn removal_pending(&self, region: &Region, page: usize) -> bool {
+        self.removals()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(r, pages, _)| r.id == region.id && pages.contains(&page))
+    }
+
+    /// Drops the pages of `pages` whose memory the kernel dropped (in part:
+    /// the rest is dropped here), keeps those it kept, then wakes the
+    /// threads that faulted on them meanwhile.
+    fn settle(&self, region: &Region, pages: Range<usize>) {
+        let ps = region.page_size;
+        self.demote_range(region, &pages);
+        let mut locked = Vec::with_capacity(pages.len());
+        for p in pages.clone() {
+            loop {
+                match region.pages.get(p) {
+                    Observed::Stable(s) => {
+                        if region.pages.try_lock(p, s) {
+                            locked.push((p, s));
+                            break;
+                        }
+                    }
+                    Observed::Busy(_) => std::thread::yield_now(),
+                }
+            }
+        }
+        let (addr, len) = (region.page_addr(pages.start), pages.len() * ps);
+        let mut present = Vec::new();
+        if let Err(e) = mm::resident(addr, len, &mut present) {
+            log::error!("umio: mincore failed: errno {e}");
+            present = vec![true; len.div_ceil(4096)];
+        }
+        let per_page = ps.div_ceil(4096);
+        let mut freed = 0u64;
+        for (p, s) in locked {
+            let sub = &present[(p - pages.start) * per_page..][..per_page];
+            let whole = sub.iter().all(|&x| x);
+            let any = sub.iter().any(|&x| x);
+            if (s == PageState::Empty && !any) || (s != PageState::Empty && whole) {
+                // Nothing to drop, or kept (`MADV_FREE`): as it was.
+                let _ = region.pages.unlock(p, s);
+                continue;
+            }
+            let at = region.page_addr(p);
+            if any && let Err(e) = mm::advise(at, ps, libc::MADV_DONTNEED) {
+                log::error!("umio: MADV_DONTNEED after a remove event failed: errno {e}");
+                let _ = region.pages.unlock(p, s);
+                continue;
+            }
+            if s == PageState::Dirty {
+                region.dirty.fetch_sub(1, Relaxed);
+            }
+            if s != PageState::Empty {
+                freed += ps as u64;
+                self.counters().removed_pages.fetch_add(1, Relaxed);
+            }
+            let _ = region.pages.unlock(p, PageState::Empty);
+        }
+        self.budget_of(region).release(freed);
+        // Threads that faulted on these pages meanwhile were left waiting
+        // (`handle_fault`): they retry now.
+        self.wake(addr, len);
+    }
+}
+
+/// The `umio-events` thread of an in-thread runtime: no fault is ever
+/// queued on its userfaultfd (`UFFD_FEATURE_SIGBUS`), but remove events
+/// are, and their `madvise` callers wait until they are read.
+pub(crate) fn events_main(shared: Arc<Shared>) {
+    let poller = match Poller::new(shared.uffd().as_raw_fd(), shared.shutdown_fd()) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("umio events thread cannot poll: errno {e}");
+            return;
+        }
+    };
+    let mut msgs = [UffdMsg::default(); 64];
+    while poller.wait() == Wake::Faults {
+        loop {
+            let n = match shared.uffd().read_messages(&mut msgs) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::error!("umio: reading userfaultfd events failed: errno {e}");
+                    0
+                }
+            };
+            for m in &msgs[..n] {
+                if let Some((start, end)) = m.remove() {
+                    shared.handle_remove(start, end);
+                }
+            }
+            if n < msgs.len() {
+                break;
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn queue_removal(&self, region: &Arc<Region>, pages: Range<usize>) {
+        if !pages.is_empty() {
+            self.removals()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((region.clone(), pages, Instant::now()));
+        }
+    }
+}
