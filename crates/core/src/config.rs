@@ -303,8 +303,10 @@ impl Builder {
     /// The price: umio's own evictions are `madvise` calls too, and each
     /// run of pages evicted then waits until a filler (or, in-thread, the
     /// `umio-events` thread) has read its event, a thread hand-off per
-    /// run. Default off (see `docs/ARCHITECTURE.md`, "Remove events", for
-    /// the measured cost). Ignored on a kernel without the feature.
+    /// run. Default off (see `docs/ARCHITECTURE.md`, "Remove events", and
+    /// the benchmark report for the measured cost); `UMIO_REMOVE_EVENTS=1`
+    /// turns it on from the environment. Ignored on a kernel without the
+    /// feature.
     pub fn remove_events(mut self, on: bool) -> Self {
         self.remove_events = on;
         self
@@ -365,6 +367,9 @@ impl Builder {
         }
         if let Some(on) = env.page_cache {
             self.page_cache = on;
+        }
+        if let Some(on) = env.remove_events {
+            self.remove_events = on;
         }
         if let Some(n) = env.fillers {
             self.fillers = n;

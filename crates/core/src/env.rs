@@ -25,6 +25,7 @@
 //! | fault service | `UMIO_FAULT_SERVICE` | |
 //! | userfaultfd mode | `UMIO_UFFD_MODE` | |
 //! | kernel page cache | `UMIO_PAGE_CACHE` | |
+//! | remove events | `UMIO_REMOVE_EVENTS` | |
 //!
 //! Sizes take [`parse_size`]'s syntax (`64K`, `2M`). A malformed value is an
 //! error naming the variable, never a silent default.
@@ -112,6 +113,8 @@ pub struct EnvConfig {
     pub uffd_mode: Option<UffdMode>,
     /// `UMIO_PAGE_CACHE`.
     pub page_cache: Option<bool>,
+    /// `UMIO_REMOVE_EVENTS`.
+    pub remove_events: Option<bool>,
 }
 
 impl EnvConfig {
@@ -219,6 +222,11 @@ impl EnvConfig {
                 UffdMode::from_name,
             )?,
             page_cache: r.parse("UMIO_PAGE_CACHE", "UMIO_PAGE_CACHE is not 0 or 1", on_off)?,
+            remove_events: r.parse(
+                "UMIO_REMOVE_EVENTS",
+                "UMIO_REMOVE_EVENTS is not 0 or 1",
+                on_off,
+            )?,
         })
     }
 
@@ -359,6 +367,7 @@ mod tests {
             ("UMIO_FAULT_SERVICE", "in-thread"),
             ("UMIO_UFFD_MODE", "user"),
             ("UMIO_PAGE_CACHE", "on"),
+            ("UMIO_REMOVE_EVENTS", "1"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -375,6 +384,7 @@ mod tests {
         assert_eq!(e.fault_service, Some(FaultService::InThread));
         assert_eq!(e.uffd_mode, Some(UffdMode::UserModeOnly));
         assert_eq!(e.page_cache, Some(true));
+        assert_eq!(e.remove_events, Some(true));
     }
 
     #[test]
@@ -440,6 +450,7 @@ mod tests {
             ("UMIO_FAULT_SERVICE", "elves"),
             ("UMIO_UFFD_MODE", "sometimes"),
             ("UMIO_PAGE_CACHE", "maybe"),
+            ("UMIO_REMOVE_EVENTS", "sometimes"),
             ("UMAP_BUFSIZE", "-1"),
             ("UMAP_PAGE_FILLERS", "x"),
             ("UMAP_READ_AHEAD", "x"),

@@ -119,6 +119,9 @@ pub(crate) struct Settings {
     /// Files read and written through the kernel's page cache too
     /// (`UMIO_PAGE_CACHE`).
     pub page_cache: bool,
+    /// The program's own `madvise` on umio memory followed through
+    /// userfaultfd remove events (`UMIO_REMOVE_EVENTS`).
+    pub remove_events: bool,
     /// Seconds between two statistics lines printed on stderr
     /// (`UMAP_MONITOR_FREQ`, UMap's monitor thread); 0: none.
     pub monitor_freq: u64,
@@ -158,7 +161,8 @@ impl Settings {
             .max_fault_events(self.max_fault_events as usize)
             .uffd_mode(self.uffd_mode)
             .fault_service(self.fault_service)
-            .page_cache(self.page_cache);
+            .page_cache(self.page_cache)
+            .remove_events(self.remove_events);
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
         }
@@ -357,6 +361,7 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         log_level,
         uffd_mode: o.uffd_mode.or(e.uffd_mode).unwrap_or_default(),
         page_cache: o.page_cache.or(e.page_cache).unwrap_or_default(),
+        remove_events: e.remove_events.unwrap_or(umio_core::DEFAULT_REMOVE_EVENTS),
     })
 }
 
@@ -498,6 +503,7 @@ mod tests {
         let s = resolve(&vars(&[]), &Overrides::default()).unwrap();
         assert_eq!(s.page_size, 4 << 10);
         assert!(!s.page_cache);
+        assert_eq!(s.remove_events, umio_core::DEFAULT_REMOVE_EVENTS);
         assert_eq!((s.high_water, s.low_water), (90, 70));
         assert_eq!(s.max_fault_events, 256);
         assert_eq!(s.evictors, 1);
@@ -667,6 +673,7 @@ mod tests {
                 ("UMIO_READAHEAD", "256K"),
                 ("UMIO_PREFETCH", "stride"),
                 ("UMIO_MAX_FAULT_EVENTS", "32"),
+                ("UMIO_REMOVE_EVENTS", "1"),
             ]),
             &Overrides::default(),
         )
@@ -681,6 +688,7 @@ mod tests {
         assert_eq!(s.fillers, 3);
         assert_eq!((s.read_ahead, s.stride), (256 << 10, true));
         assert_eq!(s.max_fault_events, 32);
+        assert!(s.remove_events);
         let auto = resolve(
             &vars(&[("UMIO_CACHE_BYTES", "auto:0.25")]),
             &Overrides::default(),
