@@ -406,3 +406,69 @@ fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
     assert_eq!(FOREIGN_FIXED.load(Ordering::SeqCst), 1);
     assert_same(&map, &data, "umio's own faults still served");
 }
+
+/// A fork child of a process whose faults umio serves in-thread starts a
+/// runtime of its own, and a mapping of its own over addresses where its
+/// parent had one is served by the child's runtime: the parent's regions,
+/// runtime and userfaultfd, which the child inherits as memory and
+/// descriptors, are not its own. (The parent's mapping starts 64 KiB into
+/// the child's, so that a lookup that kept the parent's ranges would find
+/// the parent's for the child's second half.)
+#[test]
+fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
+    if !is_child() {
+        let st = run_child("a_fork_child_serves_its_own_mapping_where_its_parent_had_one");
+        assert!(st.success(), "{st:?}");
+        return;
+    }
+    let parent = in_thread(1 << 20);
+    let mut map = parent
+        .map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![7u8; 256 << 10]))))
+        .unwrap();
+    assert!(map.iter().all(|&b| b == 7));
+    let addr = map.as_ptr() as usize;
+    map.unmap_range(0..64 << 10).unwrap();
+    // SAFETY: the child uses umio (no umio lock is held: this is the only
+    // thread touching umio) and ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: a deadline for the child: a hang becomes SIGALRM.
+        unsafe { libc::alarm(30) };
+        let code = (|| -> Result<(), i32> {
+            let rt = Runtime::builder()
+                .cache_bytes(1 << 20)
+                .page_size(4096)
+                .fault_service(FaultService::InThread)
+                .build()
+                .map_err(|_| 1)?;
+            // SAFETY: the parent's region is not mapped in this child
+            // (umio's regions are not inherited), nor is the hole before
+            // it: MAP_FIXED replaces nothing the child uses.
+            let opts = unsafe { MapOptions::new().fixed_address(addr) }
+                .store(Arc::new(MemoryStore::new(vec![9u8; 128 << 10])));
+            let m = rt.map(opts).map_err(|_| 2)?;
+            if m.as_ptr() as usize != addr {
+                return Err(3);
+            }
+            if !m.iter().all(|&b| b == 9) {
+                return Err(4);
+            }
+            Ok(())
+        })();
+        // SAFETY: ends the child at once, running no exit handler.
+        unsafe { libc::_exit(code.err().unwrap_or(0)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's mapping was not served as its own: status {status:#x}"
+    );
+    // The parent's mapping still reads its own bytes.
+    // SAFETY: the part of `map` still mapped (it lives until the end of
+    // this test); only read.
+    let rest = unsafe { std::slice::from_raw_parts((addr + (64 << 10)) as *const u8, 192 << 10) };
+    assert!(rest.iter().all(|&b| b == 7));
+}

@@ -21,7 +21,7 @@
 //! initialised thread-local, every signal blocked while a fault is served.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
@@ -130,6 +130,11 @@ unsafe impl Sync for Entry {}
 /// The in-thread runtimes' regions, as a signal handler reads them.
 #[derive(Default)]
 struct Table {
+    /// The [`FORKS`] count the table was made in: a fork child's table
+    /// from before the fork is its parent's, whose regions, runtimes and
+    /// userfaultfd the child must not use (its regions are not inherited,
+    /// so a child's own mapping could take their addresses).
+    forks: u32,
     /// Mapped ranges, sorted by address.
     by_addr: Vec<Entry>,
     /// Regions, by id (ids are unique across runtimes: see
@@ -144,10 +149,42 @@ impl RegionLookup for Table {
     }
 }
 
+/// Forks this process has made since the service was installed (counted
+/// in each child by [`after_fork`]).
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+/// In a fork child: the tables made before the fork describe the
+/// parent's regions and go unread (see [`Table::forks`]); slots that the
+/// parent's other threads held serve nothing here and are free again.
+extern "C" fn after_fork() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = service() {
+        for slot in s.slots.iter() {
+            slot.busy.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The table's entries if it was made in this process (not a fork's
+/// parent).
+fn entries(t: &Table) -> &[Entry] {
+    if t.forks == FORKS.load(Ordering::Acquire) {
+        &t.by_addr
+    } else {
+        &[]
+    }
+}
+
 /// Runs `f` on the in-thread regions (in a signal handler too).
 pub(crate) fn with_regions<R>(f: impl FnOnce(&dyn RegionLookup) -> R) -> R {
     match service() {
-        Some(s) => s.table.with(|t| f(t)),
+        Some(s) => s.table.with(|t| {
+            if t.forks == FORKS.load(Ordering::Acquire) {
+                f(t)
+            } else {
+                f(&Table::default())
+            }
+        }),
         None => f(&Table::default()),
     }
 }
@@ -184,6 +221,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
         // handler reads `SERVICE`, which is set when this closure
         // returns: a SIGBUS in between finds it unset and chains to
         // `previous` through `PREVIOUS`.
+        signal::at_fork_child(after_fork)?;
         let previous = signal::install_sigbus(on_sigbus)?;
         let _ = PREVIOUS.set(previous);
         Ok(Service {
@@ -215,9 +253,18 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     } else {
         Vec::new()
     };
+    let forks = FORKS.load(Ordering::Acquire);
     s.table.update(|old| {
-        let mut by_addr: Vec<Entry> = old
-            .by_addr
+        // A table from before a fork (the parent's) is dropped whole, its
+        // regions leaked: their stores and page tables are the parent's
+        // state, copied into this child, which never uses them.
+        let current = old.forks == forks;
+        if !current {
+            for r in &old.by_id {
+                std::mem::forget(r.clone());
+            }
+        }
+        let mut by_addr: Vec<Entry> = entries(old)
             .iter()
             .filter(|e| !Arc::ptr_eq(&e.region, region))
             .map(|e| Entry {
@@ -237,14 +284,18 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
         let mut by_id: Vec<Arc<Region>> = old
             .by_id
             .iter()
-            .filter(|r| !Arc::ptr_eq(r, region))
+            .filter(|r| current && !Arc::ptr_eq(r, region))
             .cloned()
             .collect();
         if mapped {
             by_id.push(region.clone());
         }
         by_id.sort_unstable_by_key(|r| r.id);
-        Table { by_addr, by_id }
+        Table {
+            forks,
+            by_addr,
+            by_id,
+        }
     });
 }
 
@@ -299,7 +350,7 @@ fn serve(fault: BusFault) -> Verdict {
     // Cheap refusal of foreign faults, before taking a slot.
     {
         let g = rcu::read();
-        if find(&s.table.load(&g).by_addr, fault.addr).is_none() {
+        if find(entries(s.table.load(&g)), fault.addr).is_none() {
             return Verdict::NotOurs;
         }
     }
@@ -375,7 +426,7 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
             return Verdict::NotOurs;
         };
         let g = rcu::read();
-        let Some(e) = find(&s.table.load(&g).by_addr, call.fault.addr) else {
+        let Some(e) = find(entries(s.table.load(&g)), call.fault.addr) else {
             return Verdict::NotOurs;
         };
         // SAFETY: entries outlive the read section; their runtime outlives

@@ -51,6 +51,10 @@ use crate::sys::uffd::{UffdMsg, is_reader};
 /// `madvise` caller, woken by the read, to drop the pages.
 pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 
+/// How many times settling looks at a page another thread holds before it
+/// leaves the page to that thread (yielding in between).
+const SETTLE_TRIES: usize = 10_000;
+
 /// Pages remove events noted, with when.
 pub(crate) type Removals = Vec<(Arc<Region>, Range<usize>, Instant)>;
 
@@ -151,7 +155,7 @@ impl Shared {
         self.demote_range(region, &pages);
         let mut locked = Vec::with_capacity(pages.len());
         for p in pages.clone() {
-            loop {
+            for _ in 0..SETTLE_TRIES {
                 match region.pages.get(p) {
                     Observed::Stable(s) => {
                         if region.pages.try_lock(p, s) {
@@ -162,6 +166,10 @@ impl Shared {
                     Observed::Busy(_) => std::thread::yield_now(),
                 }
             }
+            // Not locked: another thread holds the page for long, or for
+            // good (a range unmapped from the region stays busy). Its
+            // holder decides the page's fate; a thread that faults on it
+            // meanwhile falls back to `progress.rs` once woken below.
         }
         let (addr, len) = (region.page_addr(pages.start), pages.len() * ps);
         let mut present = Vec::new();

@@ -5,6 +5,18 @@ use super::errno;
 /// Reserves `len` bytes of private anonymous memory aligned to `align` (a
 /// power of two), not inherited by `fork` children. Returns the address.
 pub(crate) fn map_anonymous(len: usize, align: usize, writable: bool) -> Result<usize, i32> {
+    let base = map_aligned(len, align, writable)?;
+    if let Err(e) = advise(base, len, libc::MADV_DONTFORK) {
+        let _ = unmap(base, len);
+        return Err(e);
+    }
+    Ok(base)
+}
+
+/// Reserves `len` bytes of private anonymous memory aligned to `align` (a
+/// power of two), inherited by `fork` children as any memory is. Returns
+/// the address.
+fn map_aligned(len: usize, align: usize, writable: bool) -> Result<usize, i32> {
     let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     let span = len.checked_add(align - 1).ok_or(libc::ENOMEM)?;
@@ -23,10 +35,6 @@ pub(crate) fn map_anonymous(len: usize, align: usize, writable: bool) -> Result<
     let tail = start + span - (base + len);
     if tail > 0 {
         unmap(base + len, tail)?;
-    }
-    if let Err(e) = advise(base, len, libc::MADV_DONTFORK) {
-        let _ = unmap(base, len);
-        return Err(e);
     }
     Ok(base)
 }
@@ -244,7 +252,9 @@ impl StagingBuffer {
             } else {
                 (len.next_multiple_of(4096), 4096)
             };
-            let addr = map_anonymous(new_len, align, true)?;
+            // Inherited by a fork child, as it always was: the in-thread
+            // service's slots, and their staging buffers, outlive a fork.
+            let addr = map_aligned(new_len, align, true)?;
             if align == HUGE {
                 // Only a hint: without transparent huge pages (disabled, or
                 // none free) the buffer is made of small pages, as before.
@@ -304,6 +314,25 @@ mod tests {
         assert_eq!(b.len(), 3 << 20);
         assert_eq!(large.addr % HUGE, 0, "aligned to 2 MiB");
         assert_eq!(large.len, 4 << 20, "whole 2 MiB pages");
+        // A fork child has the buffer (the in-thread service's slots keep
+        // theirs across a fork).
+        let last = large.addr + (3 << 20) - 1;
+        // SAFETY: the child only reads its copy of the buffer and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: inside the child's copy of the buffer.
+            let v = unsafe { (last as *const u8).read_volatile() };
+            // SAFETY: _exit ends the child without running the harness.
+            unsafe { libc::_exit(if v == 5 { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork: {}", errno());
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child could not read the buffer: status {status:#x}"
+        );
         // Growing keeps the rule; a smaller request reuses the buffer.
         assert_eq!(large.get(1 << 20).unwrap().len(), 1 << 20);
         assert_eq!(large.len, 4 << 20);

@@ -35,6 +35,17 @@ pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     Ok(Action(old))
 }
 
+/// Registers `child` to run in the child of every later `fork`
+/// (`pthread_atfork`), on the forking thread, before `fork` returns there.
+pub(crate) fn at_fork_child(child: extern "C" fn()) -> Result<(), i32> {
+    // SAFETY: registers a handler that lives as long as the process (a
+    // function, not a closure); no prepare or parent handler.
+    match unsafe { libc::pthread_atfork(None, None, Some(child)) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
 /// A signal action as the kernel returned it: the one umio's SIGBUS
 /// handler replaced, which it passes foreign signals on to.
 pub(crate) struct Action(libc::sigaction);
