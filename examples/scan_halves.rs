@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use umio::{MapOptions, Runtime};
+use umio_bench::bench::drop_cache;
 use umio_bench::cli::{self, value_parser};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
@@ -70,14 +71,6 @@ fn args() -> Args {
         cache_mib: cli::get(&m, "cache"),
         rounds: cli::get(&m, "rounds"),
         mmap: !m.get_flag("no-mmap"),
-    }
-}
-
-fn drop_cache(f: &File) {
-    // SAFETY: plain system calls on a descriptor we own.
-    unsafe {
-        libc::fdatasync(f.as_raw_fd());
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
     }
 }
 

@@ -26,11 +26,11 @@
 
 use std::error::Error;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use umio::{MapOptions, Runtime};
+use umio_bench::bench::{Mmap, drop_cache};
 use umio_bench::cli::{self, value_parser};
 use umio_bench::scan_floor;
 
@@ -73,26 +73,6 @@ fn args() -> Result<Args> {
     })
 }
 
-/// Drops the file's pages from the kernel's page cache: every run is cold.
-fn drop_cache(path: &Path) -> Result<()> {
-    let f = File::open(path)?;
-    // SAFETY: fdatasync and fadvise on a descriptor we own.
-    unsafe {
-        libc::fdatasync(f.as_raw_fd());
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
-    Ok(())
-}
-
-fn sum(data: &[u8]) -> u64 {
-    let (head, words, tail) = {
-        // SAFETY: any bytes are valid u64s; the slice is only read.
-        unsafe { data.align_to::<u64>() }
-    };
-    assert!(head.is_empty() && tail.is_empty(), "a page-aligned mapping");
-    words.iter().fold(0u64, |s, &w| s.wrapping_add(w))
-}
-
 /// umio's scan: bytes per second and the sum.
 fn umio_scan(path: &Path, cache: usize, page_size: usize, hugetlb: bool) -> Result<(f64, u64)> {
     let rt = Runtime::builder()
@@ -107,7 +87,7 @@ fn umio_scan(path: &Path, cache: usize, page_size: usize, hugetlb: bool) -> Resu
     let map = rt.map_file(&File::open(path)?, opts)?;
     let len = map.len() / scan_floor::WINDOW * scan_floor::WINDOW;
     let t = Instant::now();
-    let total = sum(&map[..len]);
+    let total = scan_floor::sum_words(&map[..len]);
     Ok((len as f64 / t.elapsed().as_secs_f64(), total))
 }
 
@@ -115,27 +95,12 @@ fn umio_scan(path: &Path, cache: usize, page_size: usize, hugetlb: bool) -> Resu
 fn mmap_scan(path: &Path) -> Result<(f64, u64)> {
     let f = File::open(path)?;
     let len = usize::try_from(f.metadata()?.len())? / scan_floor::WINDOW * scan_floor::WINDOW;
-    // SAFETY: a new read-only shared mapping of the file, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error().into());
-    }
+    let map = Mmap::new(&f, len, libc::MADV_NORMAL, false)?;
     let t = Instant::now();
-    // SAFETY: the mapping above, len bytes, read only here.
-    let total = sum(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) });
-    let rate = len as f64 / t.elapsed().as_secs_f64();
-    // SAFETY: the mapping above, no longer used.
-    unsafe { libc::munmap(p, len) };
-    Ok((rate, total))
+    // SAFETY: the mapping, len bytes, read only here and alive until the
+    // end of this function.
+    let total = scan_floor::sum_words(unsafe { std::slice::from_raw_parts(map.ptr, map.len) });
+    Ok((len as f64 / t.elapsed().as_secs_f64(), total))
 }
 
 /// Free pages of the hugetlbfs pool (2 MiB pages).
@@ -184,7 +149,7 @@ fn main() -> Result<()> {
                 rates.push(f64::NAN);
                 continue;
             }
-            drop_cache(&a.file)?;
+            drop_cache(&File::open(&a.file)?);
             let (rate, total) = side()?;
             rates.push(rate / 1e9);
             sums.push(total);

@@ -45,10 +45,26 @@ static MDB_env *open_env(const char *dir, unsigned flags, size_t mapsize) {
     return env;
 }
 
-/* GETS random point reads of a database of RECORDS records. */
-static int points(const char *dir, unsigned records, size_t mapsize, unsigned gets) {
+/* Record i is in the database with its value; exits otherwise. */
+static void check_record(MDB_txn *txn, MDB_dbi dbi, unsigned i) {
     unsigned char val[256];
     char key[16];
+    snprintf(key, sizeof key, "%010u", i);
+    MDB_val k = {10, key}, v;
+    int rc = mdb_get(txn, dbi, &k, &v);
+    if (rc != MDB_SUCCESS) {
+        fprintf(stderr, "record %u: %s\n", i, mdb_strerror(rc));
+        exit(1);
+    }
+    size_t n = value_of(i, val);
+    if (v.mv_size != n || memcmp(v.mv_data, val, n) != 0) {
+        fprintf(stderr, "record %u: wrong value\n", i);
+        exit(1);
+    }
+}
+
+/* GETS random point reads of a database of RECORDS records. */
+static int points(const char *dir, unsigned records, size_t mapsize, unsigned gets) {
     MDB_env *env = open_env(dir, MDB_RDONLY, mapsize);
     MDB_txn *txn;
     MDB_dbi dbi;
@@ -60,18 +76,7 @@ static int points(const char *dir, unsigned records, size_t mapsize, unsigned ge
         x ^= x >> 7;
         x ^= x << 17;
         unsigned i = (unsigned)(x % records);
-        snprintf(key, sizeof key, "%010u", i);
-        MDB_val k = {10, key}, v;
-        int rc = mdb_get(txn, dbi, &k, &v);
-        if (rc != MDB_SUCCESS) {
-            fprintf(stderr, "record %u: %s\n", i, mdb_strerror(rc));
-            exit(1);
-        }
-        size_t n = value_of(i, val);
-        if (v.mv_size != n || memcmp(v.mv_data, val, n) != 0) {
-            fprintf(stderr, "record %u: wrong value\n", i);
-            exit(1);
-        }
+        check_record(txn, dbi, i);
     }
     mdb_txn_abort(txn);
     mdb_env_close(env);
@@ -130,18 +135,7 @@ int main(int argc, char **argv) {
         exit(1);
     }
     for (unsigned i = 0; i < records; i++) {
-        snprintf(key, sizeof key, "%010u", i);
-        MDB_val k = {10, key}, v;
-        int rc = mdb_get(txn, dbi, &k, &v);
-        if (rc != MDB_SUCCESS) {
-            fprintf(stderr, "record %u: %s\n", i, mdb_strerror(rc));
-            exit(1);
-        }
-        size_t n = value_of(i, val);
-        if (v.mv_size != n || memcmp(v.mv_data, val, n) != 0) {
-            fprintf(stderr, "record %u: wrong value\n", i);
-            exit(1);
-        }
+        check_record(txn, dbi, i);
     }
     mdb_txn_abort(txn);
     mdb_env_close(env);

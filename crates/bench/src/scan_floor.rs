@@ -83,11 +83,19 @@ fn pread_exact(file: &File, buf: *mut u8, offset: usize) -> Result<()> {
     Ok(())
 }
 
-/// The scan's own work: the sum of every 64-bit word.
+/// The scan's own work: the sum of every 64-bit word of `data` (8-byte
+/// aligned, a whole number of words).
+pub fn sum_words(data: &[u8]) -> u64 {
+    // SAFETY: any bytes are valid u64s; the slice is only read.
+    let (head, words, tail) = unsafe { data.align_to::<u64>() };
+    assert!(head.is_empty() && tail.is_empty(), "whole aligned words");
+    words.iter().fold(0u64, |s, &w| s.wrapping_add(w))
+}
+
+/// [`sum_words`] of the window at `window`.
 fn sum(window: *const u8) -> u64 {
     // SAFETY: callers pass WINDOW readable bytes, 8-byte aligned.
-    let words = unsafe { std::slice::from_raw_parts(window.cast::<u64>(), WINDOW / 8) };
-    words.iter().fold(0u64, |s, &w| s.wrapping_add(w))
+    sum_words(unsafe { std::slice::from_raw_parts(window, WINDOW) })
 }
 
 /// Bytes per second of one thread reading the file at `path` from start
