@@ -291,16 +291,98 @@ unsafe impl Send for StagingBuffer {}
 /// Writes the byte at `addr` without changing it, atomically with any
 /// other thread's write: a page that is write-protected takes its write
 /// fault now.
+///
+/// In assembly: the compiler may drop an atomic read-modify-write that
+/// changes nothing (LLVM turns a relaxed `fetch_or(0)` into a load, then
+/// drops the unused load), and in an optimised build the page would then
+/// never fault.
 pub(crate) fn touch_for_write(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
     // SAFETY: callers pass an address inside a live writable mapping of
-    // theirs; an atomic RMW of 0 leaves whatever another thread wrote.
-    let b = unsafe { &*(addr as *const std::sync::atomic::AtomicU8) };
-    b.fetch_or(0, std::sync::atomic::Ordering::Relaxed);
+    // theirs; a locked OR of 0 writes the byte back unchanged, atomically
+    // with any other thread's write.
+    unsafe {
+        std::arch::asm!("lock or byte ptr [{a}], 0", a = in(reg) addr, options(nostack));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above: an exclusive load and store of the same byte,
+    // retried until no other write came in between.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "ldxrb {v:w}, [{a}]",
+            "stxrb {s:w}, {v:w}, [{a}]",
+            "cbnz {s:w}, 2b",
+            a = in(reg) addr,
+            v = out(reg) _,
+            s = out(reg) _,
+            options(nostack),
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+        // SAFETY: as above. A compare-and-swap of the value it found,
+        // until it succeeds: a store of the same value.
+        let b = unsafe { &*(addr as *const AtomicU8) };
+        let mut v = b.load(Relaxed);
+        while let Err(now) = b.compare_exchange_weak(v, v, Relaxed, Relaxed) {
+            v = now;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the page at `addr` maps a file's page (`/proc/self/pagemap`
+    /// bit 61: file page or shared anonymous), as opposed to a private
+    /// copy of the process's own.
+    fn maps_file_page(addr: usize) -> bool {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
+        f.seek(SeekFrom::Start((addr / 4096) as u64 * 8)).unwrap();
+        let mut b = [0u8; 8];
+        f.read_exact(&mut b).unwrap();
+        let v = u64::from_le_bytes(b);
+        assert!(v >> 63 == 1, "page not present");
+        v >> 61 & 1 == 1
+    }
+
+    #[test]
+    fn touch_for_write_writes_the_byte_back_unchanged() {
+        // A private mapping of a file: read, it maps the file's page; a
+        // write (even of the same value) makes the process's own copy. In
+        // an optimised build too (the test runs in both profiles).
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[7u8; 4096]).unwrap();
+        // SAFETY: a new private mapping of the file, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap: {}", errno());
+        let addr = p as usize + 100;
+        // SAFETY: inside the mapping.
+        assert_eq!(unsafe { (addr as *const u8).read_volatile() }, 7);
+        assert!(maps_file_page(addr), "read: the file's page");
+        touch_for_write(addr);
+        let copied = !maps_file_page(addr);
+        // SAFETY: inside the mapping.
+        let v = unsafe { (addr as *const u8).read_volatile() };
+        // SAFETY: mapped above, not used after.
+        unsafe { libc::munmap(p, 4096) };
+        assert!(copied, "touch_for_write did not write (no copy on write)");
+        assert_eq!(v, 7, "the byte changed");
+    }
 
     #[test]
     fn large_staging_buffers_are_whole_aligned_huge_pages() {
