@@ -8,9 +8,10 @@
 //! droppable page cache (ext4, xfs...: `statx` reports `STATX_DIOALIGN`).
 //! The temporary directory is tried; where it has none the tests print
 //! SKIPPED and check only the bytes. On tmpfs (no direct I/O, and its pages
-//! are the file itself) the drop-behind path is checked for its bytes and
-//! length; its cache dropping is checked by the unit tests of
-//! `umio_backends::UncachedFileStore` on a file system that has a cache.
+//! are the file itself, read and written in place) the buffered path is
+//! checked for its bytes and length; drop-behind's cache dropping is
+//! checked by the unit tests of `umio_backends::UncachedFileStore` on a
+//! file system that has a cache.
 
 mod common;
 
@@ -204,7 +205,7 @@ fn direct_partial_last_page_reads_and_writes_back() {
 }
 
 #[test]
-fn tmpfs_drop_behind_partial_last_page_reads_and_writes_back() {
+fn tmpfs_partial_last_page_reads_and_writes_back() {
     let dir = PathBuf::from("/dev/shm");
     if !dir.is_dir() {
         eprintln!("SKIPPED: no /dev/shm");

@@ -9,10 +9,13 @@
 //!   page of a file) is read through an aligned bounce block with
 //!   `O_DIRECT` too, and written with a buffered `pwrite` of exactly its
 //!   bytes, so a write-back never extends the file;
-//! - elsewhere (tmpfs, many network and FUSE file systems) it reads and
-//!   writes with `pread`/`pwrite` and then drops what it read from the page
-//!   cache (`posix_fadvise(POSIX_FADV_DONTNEED)`); written ranges are
-//!   dropped once [`sync`](Store::sync) has written them back.
+//! - elsewhere (many network and FUSE file systems) it reads and writes
+//!   with `pread`/`pwrite` and then drops what it read from the page cache
+//!   (`posix_fadvise(POSIX_FADV_DONTNEED)`); written ranges are dropped
+//!   once [`sync`](Store::sync) has written them back;
+//! - on tmpfs and ramfs, whose page cache is the file itself (there is no
+//!   second copy, and the kernel ignores the advice), plain
+//!   `pread`/`pwrite`.
 //!
 //! Durability is that of [`FileStore`]: a write is durable after
 //! [`sync`](Store::sync) (`fdatasync`, which covers direct and buffered
@@ -38,6 +41,10 @@ pub enum CacheMode {
     Direct,
     /// Buffered `pread`/`pwrite`, then `POSIX_FADV_DONTNEED`.
     DropBehind,
+    /// Buffered `pread`/`pwrite` and nothing more: the file lives in
+    /// memory (tmpfs, ramfs), its page cache is the file itself, and
+    /// `POSIX_FADV_DONTNEED` would be a system call that drops nothing.
+    MemoryFs,
 }
 
 /// What an [`UncachedFileStore`] has done.
@@ -138,10 +145,12 @@ impl Drop for AlignedBlock {
 ///   request (the last page of a file) is read through an aligned bounce
 ///   block with `O_DIRECT` too, and written with a buffered `pwrite` of
 ///   exactly its bytes, so a write-back never extends the file.
-/// - [`CacheMode::DropBehind`] elsewhere (tmpfs, many network and FUSE
-///   file systems): `pread`/`pwrite`, then what was read is dropped from
-///   the page cache (`POSIX_FADV_DONTNEED`); written ranges are dropped
-///   once [`sync`](Store::sync) has written them back.
+/// - [`CacheMode::DropBehind`] elsewhere (many network and FUSE file
+///   systems): `pread`/`pwrite`, then what was read is dropped from the
+///   page cache (`POSIX_FADV_DONTNEED`); written ranges are dropped once
+///   [`sync`](Store::sync) has written them back.
+/// - [`CacheMode::MemoryFs`] on tmpfs and ramfs: `pread`/`pwrite` only
+///   (the page cache is the file; there is nothing to drop).
 ///
 /// Requests whose offset or buffer is not aligned take the drop-behind
 /// path in either mode. Durability is that of [`FileStore`]: a write is
@@ -158,6 +167,9 @@ pub struct UncachedFileStore {
     /// caller is about to map at); `Some(None)` once io_uring was refused,
     /// after which the store drops behind.
     direct: Option<OnceLock<Option<UringStore>>>,
+    /// Whether what goes through the page cache is dropped from it after
+    /// (not in [`CacheMode::MemoryFs`]).
+    drop_behind: bool,
     /// The `O_DIRECT` alignment used (4096 in direct mode).
     align: usize,
     /// Bytes written through the page cache since the last sync, as one
@@ -182,13 +194,14 @@ impl UncachedFileStore {
     /// are available, drop-behind buffered I/O otherwise.
     pub fn new(file: &File) -> std::io::Result<Self> {
         let mode = match dio_alignment(file) {
+            _ if fd::in_memory_fs(file) => CacheMode::MemoryFs,
             Some(a) if a <= MAX_DIO_ALIGN => CacheMode::Direct,
             _ => CacheMode::DropBehind,
         };
         // Where O_DIRECT or io_uring is refused after all: drop-behind.
         Self::with_mode(file, mode).or_else(|e| match mode {
             CacheMode::Direct => Self::with_mode(file, CacheMode::DropBehind),
-            CacheMode::DropBehind => Err(e),
+            CacheMode::DropBehind | CacheMode::MemoryFs => Err(e),
         })
     }
 
@@ -208,11 +221,12 @@ impl UncachedFileStore {
                     .open(format!("/proc/self/fd/{}", buffered.file().as_raw_fd()))?;
                 Some(OnceLock::new())
             }
-            CacheMode::DropBehind => None,
+            CacheMode::DropBehind | CacheMode::MemoryFs => None,
         };
         Ok(UncachedFileStore {
             file: buffered,
             direct,
+            drop_behind: mode != CacheMode::MemoryFs,
             align: MAX_DIO_ALIGN as usize,
             dirty: Mutex::new(None),
             counters: Counters::default(),
@@ -223,6 +237,7 @@ impl UncachedFileStore {
     pub fn mode(&self) -> CacheMode {
         match &self.direct {
             Some(d) if !matches!(d.get(), Some(None)) => CacheMode::Direct,
+            _ if !self.drop_behind => CacheMode::MemoryFs,
             _ => CacheMode::DropBehind,
         }
     }
@@ -256,7 +271,7 @@ impl UncachedFileStore {
     }
 
     fn drop_range(&self, offset: u64, len: u64) {
-        if len > 0 {
+        if len > 0 && self.drop_behind {
             self.counters.fadvise_calls.fetch_add(1, Relaxed);
             drop_cached(self.file.file(), offset, len);
         }
@@ -487,6 +502,7 @@ impl Store for UncachedFileStore {
         match self.mode() {
             CacheMode::Direct => "file (O_DIRECT, io_uring)",
             CacheMode::DropBehind => "file (drop-behind)",
+            CacheMode::MemoryFs => "file (in memory)",
         }
     }
 
@@ -652,7 +668,7 @@ mod tests {
     }
 
     #[test]
-    fn tmpfs_is_drop_behind() {
+    fn tmpfs_is_read_in_place() {
         let dir = std::path::Path::new("/dev/shm");
         if !dir.is_dir() {
             eprintln!("SKIPPED: no /dev/shm");
@@ -660,10 +676,18 @@ mod tests {
         }
         let (tmp, data) = file_in(dir, 10_000);
         let s = UncachedFileStore::new(tmp.as_file()).unwrap();
-        assert_eq!(s.mode(), CacheMode::DropBehind);
+        assert_eq!(s.mode(), CacheMode::MemoryFs);
         let mut buf = [0u8; 8192];
         assert_eq!(s.read_at(8192, &mut buf).unwrap(), 10_000 - 8192);
         assert_eq!(&buf[..10_000 - 8192], &data[8192..]);
-        assert_eq!(s.stats().fadvise_calls, 1);
+        s.write_at(0, &[9u8; 100]).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.read_at(0, &mut buf).unwrap(), 8192);
+        assert_eq!(&buf[..100], &[9u8; 100]);
+        assert_eq!(&buf[100..8192], &data[100..8192]);
+        let st = s.stats();
+        assert_eq!(st.buffered_read, 2 * 8192 - (8192 - (10_000 - 8192)) as u64);
+        // The file's pages are its storage: no advice to drop them.
+        assert_eq!(st.fadvise_calls, 0, "{st:?}");
     }
 }

@@ -109,7 +109,8 @@ impl Shared {
     /// whether the access was a write, where the CPU says. Returns with the
     /// page installed, or once a wait for another thread's fill has lasted
     /// [`IN_THREAD_WAIT`] (the access is retried: it finds the page, or
-    /// faults again and waits again): true. False if the fill failed: the
+    /// faults again and waits again): true. `thread`: the caller's thread
+    /// id (`gettid`, taken once per fault by the handler). False if the fill failed: the
     /// caller delivers the SIGBUS a failed read of a kernel mapping would.
     ///
     /// The same steps as [`handle_fault`](Shared::handle_fault), but a
@@ -122,6 +123,7 @@ impl Shared {
         region: &Arc<Region>,
         addr: usize,
         write: Option<bool>,
+        thread: u32,
     ) -> bool {
         let begin = std::time::Instant::now();
         // Traced as a filler's miss whose event read takes no time: the
@@ -141,7 +143,7 @@ impl Shared {
         if region.hugetlb {
             self.counters().huge_faults.fetch_add(1, Relaxed);
         }
-        w.thread = crate::sys::signal::gettid();
+        w.thread = thread;
         w.in_store = true;
         let served = self.serve_page_in_thread(w, region, region.page_of(addr), write);
         // A thread that may never fault again keeps no credit.

@@ -319,6 +319,8 @@ enum Verdict {
 
 struct Call {
     fault: BusFault,
+    /// The faulting thread's id.
+    thread: u32,
     slot: *const Slot,
     verdict: Verdict,
 }
@@ -354,9 +356,14 @@ fn serve(fault: BusFault) -> Verdict {
             return Verdict::NotOurs;
         }
     }
-    let slot = take_slot(s);
+    // The one system call of the handler's own (besides the fill's): the
+    // thread id, which picks the slot and keys the fault path's per-thread
+    // records.
+    let thread = signal::gettid();
+    let slot = take_slot(s, thread);
     let mut call = Call {
         fault,
+        thread,
         slot,
         verdict: Verdict::NotOurs,
     };
@@ -398,9 +405,9 @@ fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
 }
 
 /// Takes a free slot, waiting for one if every slot serves a fault.
-fn take_slot(s: &Service) -> *const Slot {
+fn take_slot(s: &Service, thread: u32) -> *const Slot {
     let n = s.slots.len();
-    let first = signal::gettid() as usize % n;
+    let first = thread as usize % n;
     loop {
         for k in 0..n {
             let slot = &s.slots[(first + k) % n];
@@ -434,7 +441,7 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         let shared = unsafe { &*e.shared };
         // SAFETY: the slot is this thread's until `serve` releases it.
         let w = unsafe { &mut *(*call.slot).scratch.get() };
-        if shared.serve_in_thread(w, &e.region, call.fault.addr, call.fault.write) {
+        if shared.serve_in_thread(w, &e.region, call.fault.addr, call.fault.write, call.thread) {
             Verdict::Retry
         } else {
             Verdict::Failed

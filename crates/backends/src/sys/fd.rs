@@ -41,6 +41,25 @@ pub(crate) fn dio_align(file: &File) -> Option<(u32, u32)> {
     Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
+/// Whether `file` lives on a file system whose page cache is the file
+/// itself (tmpfs, ramfs): nothing is read from or dropped to a device
+/// there, and `POSIX_FADV_DONTNEED` does nothing (the kernel ignores
+/// advice on a file system without a backing device).
+pub(crate) fn in_memory_fs(file: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // SAFETY: statfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor we own writes only into `st`, which
+    // outlives the call.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(st.f_type as i64);
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+}
+
 /// Deallocates `len` bytes at `offset`, keeping the file's size
 /// (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`): they read
 /// as zeros.
