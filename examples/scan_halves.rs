@@ -5,10 +5,12 @@
 //! thread scanning the whole file; beside each, in interleaved rounds, the
 //! same scans by the device's own `O_DIRECT` reads (one reading thread per
 //! part), by the userfaultfd floor (`umio_bench::scan_floor`: per part a
-//! mapping, a reader thread doing one `O_DIRECT` read and one
-//! `UFFDIO_COPY` per 2 MiB window, and the scanning thread; together they
-//! keep at most `--cache` installed) and by Linux `mmap` (`MAP_SHARED`, its
-//! default read-ahead). Every run starts cold: a fresh runtime and
+//! mapping, reader threads doing one `O_DIRECT` read and one `UFFDIO_COPY`
+//! per 2 MiB window, and the scanning thread; together they keep at most
+//! `--cache` installed), with one reader per part ("floor1") and with two
+//! ("floor2", which lets one scan keep two CPUs busy, as umio's prefetch
+//! threads do), and by Linux `mmap` (`MAP_SHARED`, its default
+//! read-ahead). Every run starts cold: a fresh runtime and
 //! mapping, and the file's page cache dropped.
 //!
 //! ```text
@@ -132,25 +134,60 @@ fn scan_parts(data: &[u8], parts: &[Range<usize>]) -> Vec<f64> {
 #[derive(Clone, Copy, PartialEq)]
 enum Sys {
     Device,
-    Floor,
+    /// The floor with this many reader threads per scanning thread.
+    Floor(usize),
     Umio,
     Mmap,
 }
 
 impl Sys {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
-            Sys::Device => "device",
-            Sys::Floor => "floor",
-            Sys::Umio => "umio",
-            Sys::Mmap => "mmap",
+            Sys::Device => "device".into(),
+            Sys::Floor(readers) => format!("floor{readers}"),
+            Sys::Umio => "umio".into(),
+            Sys::Mmap => "mmap".into(),
         }
     }
 }
 
-/// One cold run; returns the per-thread MB/s (the mean over threads) and,
-/// for umio, its counters. `path` names `f` for the sides that open it
-/// with `O_DIRECT` themselves.
+/// CPU time so far, in seconds: this process's (user and system, all its
+/// threads), and the machine's outside niced tasks (so it counts the
+/// kernel's work for the scan in other threads, such as the loop device's
+/// workers, but not other users' `nice`d builds).
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    // user nice system idle iowait irq softirq steal, in clock ticks.
+    let t: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let machine = if t.len() == 8 {
+        (t[0] + t[2] + t[5] + t[6] + t[7]) / hz
+    } else {
+        f64::NAN
+    };
+    (tv(ru.ru_utime) + tv(ru.ru_stime), machine)
+}
+
+/// One cold run; returns the per-thread MB/s (the mean over threads), the
+/// vCPUs busy meanwhile (this process's, the machine's outside niced
+/// tasks) and, for umio, its counters. `path` names `f` for the sides that
+/// open it with `O_DIRECT` themselves.
 fn run(
     f: &File,
     path: &Path,
@@ -158,12 +195,15 @@ fn run(
     cache: u64,
     sys: Sys,
     parts: &[Range<usize>],
-) -> Result<(f64, String)> {
+) -> Result<(f64, (f64, f64), String)> {
     drop_cache(f);
     let mut note = String::new();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     let mbps: Vec<f64> = match sys {
         Sys::Device => scan_floor::device_scan_rates(path, parts, touch)?.0,
-        Sys::Floor => scan_floor::copy_floor_rates(path, parts, cache as usize, touch)?.0,
+        Sys::Floor(readers) => {
+            scan_floor::copy_floor_rates(path, parts, cache as usize, readers, touch)?.0
+        }
         Sys::Umio | Sys::Mmap => {
             let secs = if sys == Sys::Umio {
                 let rt = Runtime::builder().cache_bytes(cache).build()?;
@@ -197,7 +237,9 @@ fn run(
     .into_iter()
     .map(|bps| bps / 1e6)
     .collect();
-    Ok((mbps.iter().sum::<f64>() / mbps.len() as f64, note))
+    let (wall, cpu_end) = (t.elapsed().as_secs_f64(), cpu_seconds());
+    let vcpus = ((cpu_end.0 - cpu.0) / wall, (cpu_end.1 - cpu.1) / wall);
+    Ok((mbps.iter().sum::<f64>() / mbps.len() as f64, vcpus, note))
 }
 
 /// Makes a `size_mib` MiB file of varied bytes in `dir`, opens it and
@@ -253,7 +295,7 @@ fn main() -> Result<()> {
         ("two threads, halves", vec![0..half, half..len]),
         ("one thread, whole", vec![0..len]),
     ];
-    let mut systems = vec![Sys::Device, Sys::Floor, Sys::Umio];
+    let mut systems = vec![Sys::Device, Sys::Floor(1), Sys::Floor(2), Sys::Umio];
     if a.mmap {
         systems.push(Sys::Mmap);
     }
@@ -266,15 +308,18 @@ fn main() -> Result<()> {
     // Per side and scan, the rates of every round; per side, two/one.
     let mut rates = vec![[vec![], vec![], vec![]]; systems.len()];
     let mut ratios = vec![vec![]; systems.len()];
+    let mut vcpus = vec![[vec![], vec![], vec![]]; systems.len()];
     for round in 0..a.rounds {
         for (n, (name, parts)) in scans.iter().enumerate() {
             for (k, &sys) in systems.iter().enumerate() {
-                let (mbps, note) = run(&f, &path, len, cache, sys, parts)?;
+                let (mbps, (own, all), note) = run(&f, &path, len, cache, sys, parts)?;
                 print!(
-                    "round {round} {:<6} {name:<20} {mbps:>7.0} MB/s per thread  {note}",
+                    "round {round} {:<6} {name:<20} {mbps:>7.0} MB/s per thread  vCPUs {own:.2} \
+                     (machine {all:.2})  {note}",
                     sys.label()
                 );
                 rates[k][n].push(mbps);
+                vcpus[k][n].push(all);
                 if n == 1 {
                     let ratio = mbps / rates[k][0][round];
                     ratios[k].push(ratio);
@@ -285,17 +330,20 @@ fn main() -> Result<()> {
         }
     }
     println!(
-        "\nMB/s per thread over {} rounds:\n{:<6} | {:>11} | {:>11} | {:>9} | {:>11}",
-        a.rounds, "", "one, half", "two, halves", "two/one", "one, whole"
+        "\nMB/s per thread over {} rounds, and the machine's vCPUs busy (outside niced tasks):\n\
+         {:<6} | {:>11} | {:>11} | {:>9} | {:>11} | {:>9} | {:>9}",
+        a.rounds, "", "one, half", "two, halves", "two/one", "one, whole", "vCPUs one", "vCPUs two"
     );
     for (k, sys) in systems.iter().enumerate() {
         println!(
-            "{:<6} | {:>11} | {:>11} | {:>9} | {:>11}",
+            "{:<6} | {:>11} | {:>11} | {:>9} | {:>11} | {:>9} | {:>9}",
             sys.label(),
             span(&rates[k][0], 0),
             span(&rates[k][1], 0),
             span(&ratios[k], 2),
-            span(&rates[k][2], 0)
+            span(&rates[k][2], 0),
+            span(&vcpus[k][0], 2),
+            span(&vcpus[k][1], 2)
         );
     }
     Ok(())

@@ -10,8 +10,8 @@
 //!
 //! Both run one scanner or several at once, each over its own part of the
 //! file ([`device_scan_rates`], [`copy_floor_rates`]): the floor gives each
-//! scanner its own registered mapping, staging buffer and reader thread,
-//! and a share of the budget. `examples/scan_limits.rs` runs one scanner
+//! scanner its own registered mapping, one reader thread or more, each
+//! with its own staging buffer, and a share of the budget. `examples/scan_limits.rs` runs one scanner
 //! beside umio and Linux `mmap`; `examples/scan_halves.rs` runs one and
 //! two, over halves of the file.
 
@@ -201,31 +201,43 @@ pub fn device_scan_rates(
     })
 }
 
-/// Windows installed, windows summed, whether the reader has stopped,
-/// and the condition both threads wait on.
+/// One scan's progress: which windows are installed, how many the scan
+/// has done, whether a reader failed; and the condition the scanning
+/// thread and the readers wait on.
 struct Progress {
-    counts: Mutex<(usize, usize, bool)>,
+    state: Mutex<Done>,
     changed: Condvar,
 }
 
+struct Done {
+    installed: Vec<bool>,
+    scanned: usize,
+    failed: bool,
+}
+
 impl Progress {
-    fn new() -> Progress {
+    fn new(windows: usize) -> Progress {
         Progress {
-            counts: Mutex::new((0, 0, false)),
+            state: Mutex::new(Done {
+                installed: vec![false; windows],
+                scanned: 0,
+                failed: false,
+            }),
             changed: Condvar::new(),
         }
     }
 
-    fn wait(&self, ready: impl Fn(&(usize, usize, bool)) -> bool) -> (usize, usize, bool) {
-        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        while !ready(&c) {
-            c = self.changed.wait(c).unwrap_or_else(|e| e.into_inner());
+    /// Waits until `ready` or a reader failed; whether `ready`.
+    fn wait(&self, ready: impl Fn(&Done) -> bool) -> bool {
+        let mut d = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !ready(&d) && !d.failed {
+            d = self.changed.wait(d).unwrap_or_else(|e| e.into_inner());
         }
-        *c
+        ready(&d)
     }
 
-    fn update(&self, f: impl FnOnce(&mut (usize, usize, bool))) {
-        f(&mut self.counts.lock().unwrap_or_else(|e| e.into_inner()));
+    fn update(&self, f: impl FnOnce(&mut Done)) {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
         self.changed.notify_all();
     }
 }
@@ -236,58 +248,70 @@ impl Progress {
 pub fn copy_floor_rate(path: &Path, budget: usize) -> Result<(f64, u64)> {
     let len = scan_len(path)?;
     let (rates, total) =
-        copy_floor_rates(path, std::slice::from_ref(&(0..len)), budget, sum_words)?;
+        copy_floor_rates(path, std::slice::from_ref(&(0..len)), budget, 1, sum_words)?;
     Ok((rates[0], total))
 }
 
 /// One scanner's part of the floor: its registered mapping (the length of
-/// its part) and its staging buffer.
+/// its part) and a staging buffer per reader.
 struct FloorScanner {
     region: Aligned,
-    staging: Aligned,
+    staging: Vec<Aligned>,
 }
 
 /// The userfaultfd scan floor with one scanner per part of the file at
 /// `path`, all at once. Each scanner has a mapping of its own registered
-/// with one userfaultfd, a staging buffer and a reader thread of its own,
-/// and keeps at most its share of `budget` installed (at least two
-/// windows); its scanning thread does `work` on each window once it is
-/// installed. Every part's bytes per second and the sum of `work`'s sums.
-/// Parts are byte ranges of whole windows ([`WINDOW`]) within
-/// [`scan_len`].
+/// with one userfaultfd and `readers` reader threads of its own (reader
+/// `r` of `R` reads and installs windows `r`, `r + R`, ... through a
+/// staging buffer of its own, so that one scan can keep several CPUs
+/// busy, as a runtime's prefetch threads do), and keeps at most its share
+/// of `budget` installed (at least two windows); its scanning thread does
+/// `work` on each window once it is installed. Every part's bytes per
+/// second and the sum of `work`'s sums. Parts are byte ranges of whole
+/// windows ([`WINDOW`]) within [`scan_len`].
 pub fn copy_floor_rates(
     path: &Path,
     parts: &[Range<usize>],
     budget: usize,
+    readers: usize,
     work: Work,
 ) -> Result<(Vec<f64>, u64)> {
     let (file, len) = open_direct(path)?;
     check_parts(parts, len)?;
+    let readers = readers.max(1);
     let keep = (budget / parts.len() / WINDOW).max(2);
     let uffd = userfaultfd(0)?;
     let mut scanners = Vec::new();
     for part in parts {
         let region = Aligned::new(part.len())?;
         register_missing(uffd.as_raw_fd(), region.at, part.len())?;
-        let staging = Aligned::new(WINDOW)?;
-        // One transparent huge page where the kernel allows it: an O_DIRECT
-        // read into it is cheaper than into 512 small pages.
-        // SAFETY: advice on the staging mapping made above.
-        unsafe { libc::madvise(staging.at as *mut _, WINDOW, libc::MADV_HUGEPAGE) };
+        let mut staging = Vec::new();
+        for _ in 0..readers {
+            let buf = Aligned::new(WINDOW)?;
+            // One transparent huge page where the kernel allows it: an
+            // O_DIRECT read into it is cheaper than into 512 small pages.
+            // SAFETY: advice on the staging mapping just made.
+            unsafe { libc::madvise(buf.at as *mut _, WINDOW, libc::MADV_HUGEPAGE) };
+            staging.push(buf);
+        }
         scanners.push(FloorScanner { region, staging });
     }
-    let at: Vec<(usize, usize)> = scanners
+    let at: Vec<(usize, Vec<usize>)> = scanners
         .iter()
-        .map(|s| (s.region.at, s.staging.at))
+        .map(|s| (s.region.at, s.staging.iter().map(|b| b.at).collect()))
         .collect();
     let copy_fd = uffd.as_raw_fd();
-    each_at_once(parts, &at, |part, &(base, stage)| {
+    each_at_once(parts, &at, |part, (base, stages)| {
+        let base = *base;
         let windows = part.len() / WINDOW;
-        let progress = Progress::new();
-        let read_windows = || -> std::result::Result<(), String> {
-            for i in 0..windows {
+        let progress = Progress::new(windows);
+        let read_windows = |r: usize| -> std::result::Result<(), String> {
+            let stage = stages[r];
+            for i in (r..windows).step_by(readers) {
                 if i >= keep {
-                    progress.wait(|&(_, summed, _)| summed > i - keep);
+                    if !progress.wait(|d| d.scanned > i - keep) {
+                        return Ok(()); // another reader failed
+                    }
                     let old = base + (i - keep) * WINDOW;
                     // SAFETY: a window of this scanner's region that its scan
                     // has passed.
@@ -304,39 +328,44 @@ pub fn copy_floor_rates(
                     mode: 0,
                     copy: 0,
                 };
-                // SAFETY: copies this scanner's staging window into the
-                // registered, empty window i of its region.
+                // SAFETY: copies this reader's staging window into the
+                // registered, empty window i of its scanner's region.
                 if unsafe { libc::ioctl(copy_fd, UFFDIO_COPY, &mut c) } != 0 {
                     return Err(format!("UFFDIO_COPY: {}", errno()));
                 }
-                progress.update(|c| c.0 = i + 1);
+                progress.update(|d| d.installed[i] = true);
             }
             Ok(())
         };
         std::thread::scope(|s| {
-            let reader = s.spawn(|| {
-                let read = read_windows();
-                progress.update(|c| c.2 = true);
-                read
-            });
+            let hs: Vec<_> = (0..readers)
+                .map(|r| {
+                    let (read_windows, progress) = (&read_windows, &progress);
+                    s.spawn(move || {
+                        let read = read_windows(r);
+                        if read.is_err() {
+                            progress.update(|d| d.failed = true);
+                        }
+                        read
+                    })
+                })
+                .collect();
             let mut total = 0u64;
             for i in 0..windows {
-                let (installed, _, _) =
-                    progress.wait(|&(installed, _, stopped)| installed > i || stopped);
-                if installed <= i {
+                if !progress.wait(|d| d.installed[i]) {
                     break;
                 }
                 total = total.wrapping_add(do_work(work, base + i * WINDOW));
-                progress.update(|c| c.1 = i + 1);
+                progress.update(|d| d.scanned = i + 1);
             }
-            reader
-                .join()
-                .map_err(|_| "the reader thread panicked".to_string())??;
+            for h in hs {
+                h.join()
+                    .map_err(|_| "a reader thread panicked".to_string())??;
+            }
             Ok(total)
         })
     })
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,16 +395,19 @@ mod tests {
         // Four windows of budget: each of two scanners keeps two and drops
         // the rest behind its scan.
         assert_eq!(copy_floor_rate(f.path(), 4 * WINDOW).unwrap().1, want);
-        let (rates, got) = copy_floor_rates(f.path(), &halves, 4 * WINDOW, sum_words).unwrap();
-        assert_eq!((rates.len(), got), (2, want));
-        assert!(rates.iter().all(|r| r.is_finite() && *r > 0.0));
+        for readers in [1, 2, 3] {
+            let (rates, got) =
+                copy_floor_rates(f.path(), &halves, 4 * WINDOW, readers, sum_words).unwrap();
+            assert_eq!((rates.len(), got), (2, want), "{readers} readers");
+            assert!(rates.iter().all(|r| r.is_finite() && *r > 0.0));
+        }
     }
 
     #[test]
     fn parts_must_be_whole_windows_within_the_file() {
         let (f, _) = data(2);
         for bad in [0..WINDOW / 2, WINDOW..3 * WINDOW, WINDOW..WINDOW] {
-            let e = copy_floor_rates(f.path(), std::slice::from_ref(&bad), WINDOW, sum_words)
+            let e = copy_floor_rates(f.path(), std::slice::from_ref(&bad), WINDOW, 1, sum_words)
                 .unwrap_err();
             assert!(e.to_string().contains("whole"), "{bad:?}: {e}");
             assert!(device_scan_rates(f.path(), &[bad], sum_words).is_err());
