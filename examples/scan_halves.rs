@@ -262,11 +262,13 @@ fn make_file(dir: &Path, size_mib: usize) -> Result<File> {
     Ok(f)
 }
 
-/// "lo-hi" of `v`, formatted with `prec` decimals.
+/// "lo-hi (median)" of `v`, formatted with `prec` decimals.
 fn span(v: &[f64], prec: usize) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{lo:.prec$}-{hi:.prec$}")
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let (lo, hi) = (v[0], v[v.len() - 1]);
+    let mid = (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0;
+    format!("{lo:.prec$}-{hi:.prec$} ({mid:.prec$})")
 }
 
 // Each scan is a list of ranges, some of one range.
@@ -330,13 +332,14 @@ fn main() -> Result<()> {
         }
     }
     println!(
-        "\nMB/s per thread over {} rounds, and the machine's vCPUs busy (outside niced tasks):\n\
-         {:<6} | {:>11} | {:>11} | {:>9} | {:>11} | {:>9} | {:>9}",
+        "\nMB/s per thread over {} rounds, lowest-highest (median), and the machine's vCPUs busy \
+         (outside niced tasks):\n\
+         {:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
         a.rounds, "", "one, half", "two, halves", "two/one", "one, whole", "vCPUs one", "vCPUs two"
     );
     for (k, sys) in systems.iter().enumerate() {
         println!(
-            "{:<6} | {:>11} | {:>11} | {:>9} | {:>11} | {:>9} | {:>9}",
+            "{:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
             sys.label(),
             span(&rates[k][0], 0),
             span(&rates[k][1], 0),
