@@ -2,33 +2,44 @@
 //! read-ahead, `O_DIRECT` where the file system allows): one thread
 //! scanning the first half of a file alone, then two threads scanning the
 //! two halves at once (as UMap's `pfbenchmark-read -t 2` does), and one
-//! thread scanning the whole file; Linux `mmap` (`MAP_SHARED`, its default
-//! read-ahead) beside each, in interleaved rounds. Every run starts cold:
-//! a fresh runtime and mapping, and the file's page cache dropped.
+//! thread scanning the whole file; beside each, in interleaved rounds, the
+//! same scans by the device's own `O_DIRECT` reads (one reading thread per
+//! part), by the userfaultfd floor (`umio_bench::scan_floor`: per part a
+//! mapping, reader threads doing one `O_DIRECT` read and one `UFFDIO_COPY`
+//! per 2 MiB window, and the scanning thread; together they keep at most
+//! `--cache` installed), with one reader per part ("floor1") and with two
+//! ("floor2", which lets one scan keep two CPUs busy, as umio's prefetch
+//! threads do), and by Linux `mmap` (`MAP_SHARED`, its default
+//! read-ahead). Every run starts cold: a fresh runtime and
+//! mapping, and the file's page cache dropped.
 //!
 //! ```text
-//! cargo run --release --example scan_halves -- [--dir DIR] [--size MiB] [--cache MiB]
-//!                                               [--rounds N] [--no-mmap]
+//! cargo run --release --example scan_halves -- [--file PATH | --dir DIR --size MiB]
+//!                                               [--cache MiB] [--rounds N] [--no-mmap]
 //! ```
 //!
-//! Defaults: the temporary directory, a 1024 MiB file, a 256 MiB umio
-//! cache, 3 rounds. For a fast device, point `--dir` at ext4 on a loop
-//! device over a tmpfs file. Each line gives the per-thread rate (MB/s of
-//! the part that thread scanned) and, for umio, the read-ahead counters:
-//! misses (faults that read their page), pages prefetched, and store
-//! reads. "two/one" is the two-thread per-thread rate over the one-thread
-//! rate: 1.0 means each of two threads is as fast as one alone.
+//! Defaults: a 1024 MiB file made in the temporary directory, a 256 MiB
+//! umio cache, 3 rounds; `--file` scans an existing file instead (read
+//! only). For a fast device, use ext4 on a loop device over a tmpfs file.
+//! Each line gives the per-thread rate (MB/s of the part that thread
+//! scanned) and, for umio, the read-ahead counters: misses (faults that
+//! read their page), pages prefetched, and store reads. "two/one" is the
+//! two-thread per-thread rate over the one-thread rate: 1.0 means each of
+//! two threads is as fast as one alone. A summary of the rounds ends the
+//! output.
 
 use std::error::Error;
 use std::fs::File;
 use std::io::Write;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use umio::{MapOptions, Runtime};
-use umio_bench::bench::drop_cache;
+use umio_bench::bench::{Mmap, drop_cache};
 use umio_bench::cli::{self, value_parser};
+use umio_bench::scan_floor::{self, WINDOW};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -36,6 +47,7 @@ const MIB: usize = 1 << 20;
 const PAGE: usize = 4096;
 
 struct Args {
+    file: Option<PathBuf>,
     dir: PathBuf,
     size_mib: usize,
     cache_mib: u64,
@@ -46,42 +58,63 @@ struct Args {
 fn args() -> Args {
     let m = cli::command(
         "scan_halves",
-        "Sequential scans through umio with its defaults: one thread over half of a file, two \
-         threads over the two halves at once, one thread over the whole file; Linux mmap beside \
-         each, in interleaved rounds.",
+        "Sequential scans: one thread over half of a file, two threads over the two halves at \
+         once, one thread over the whole file; by the device's O_DIRECT reads, the userfaultfd \
+         floor, umio with its defaults and Linux mmap, in interleaved rounds.",
+    )
+    .arg(
+        cli::opt_none(
+            "file",
+            "PATH",
+            "scan this existing file (read only) instead of making one",
+        )
+        .value_parser(value_parser!(PathBuf))
+        .conflicts_with_all(["dir", "size"]),
     )
     .arg(
         cli::opt_none(
             "dir",
             "DIR",
-            "directory of the test file (default: the temporary directory)",
+            "directory of the test file made (default: the temporary directory)",
         )
         .value_parser(value_parser!(PathBuf)),
     )
     .arg(
-        cli::opt("size", "MiB", "1024", "size of the test file").value_parser(value_parser!(usize)),
+        cli::opt("size", "MiB", "1024", "size of the test file made")
+            .value_parser(value_parser!(usize)),
     )
-    .arg(cli::opt("cache", "MiB", "256", "umio's cache").value_parser(value_parser!(u64)))
+    .arg(
+        cli::opt(
+            "cache",
+            "MiB",
+            "256",
+            "umio's cache, and what the floor keeps installed",
+        )
+        .value_parser(value_parser!(u64)),
+    )
     .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
     .arg(cli::switch("no-mmap", "skip the Linux mmap runs"))
     .get_matches();
     Args {
+        file: cli::get_opt(&m, "file"),
         dir: cli::get_opt(&m, "dir").unwrap_or_else(std::env::temp_dir),
         size_mib: cli::get(&m, "size"),
         cache_mib: cli::get(&m, "cache"),
-        rounds: cli::get(&m, "rounds"),
+        rounds: cli::get::<usize>(&m, "rounds").max(1),
         mmap: !m.get_flag("no-mmap"),
     }
 }
 
 /// Sums one byte of every page of `data`, the way a scan that touches each
 /// page once would; returns the sum (so the reads are not optimised away).
+/// Every side's scanning threads do this, the device's and the floor's to
+/// each window they are handed.
 fn touch(data: &[u8]) -> u64 {
     data.iter().step_by(PAGE).map(|&b| b as u64).sum()
 }
 
 /// Scans `parts` of `data` at once, one thread each; the seconds each took.
-fn scan_parts(data: &[u8], parts: &[std::ops::Range<usize>]) -> Vec<f64> {
+fn scan_parts(data: &[u8], parts: &[Range<usize>]) -> Vec<f64> {
     std::thread::scope(|s| {
         let hs: Vec<_> = parts
             .iter()
@@ -100,79 +133,123 @@ fn scan_parts(data: &[u8], parts: &[std::ops::Range<usize>]) -> Vec<f64> {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Sys {
+    Device,
+    /// The floor with this many reader threads per scanning thread.
+    Floor(usize),
     Umio,
     Mmap,
 }
 
-/// One cold run; returns the per-thread MB/s (the mean over threads) and,
-/// for umio, its counters.
+impl Sys {
+    fn label(self) -> String {
+        match self {
+            Sys::Device => "device".into(),
+            Sys::Floor(readers) => format!("floor{readers}"),
+            Sys::Umio => "umio".into(),
+            Sys::Mmap => "mmap".into(),
+        }
+    }
+}
+
+/// CPU time so far, in seconds: this process's (user and system, all its
+/// threads), and the machine's outside niced tasks (so it counts the
+/// kernel's work for the scan in other threads, such as the loop device's
+/// workers, but not other users' `nice`d builds).
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    // user nice system idle iowait irq softirq steal, in clock ticks.
+    let t: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let machine = if t.len() == 8 {
+        (t[0] + t[2] + t[5] + t[6] + t[7]) / hz
+    } else {
+        f64::NAN
+    };
+    (tv(ru.ru_utime) + tv(ru.ru_stime), machine)
+}
+
+/// One cold run; returns the per-thread MB/s (the mean over threads), the
+/// vCPUs busy meanwhile (this process's, the machine's outside niced
+/// tasks) and, for umio, its counters. `path` names `f` for the sides that
+/// open it with `O_DIRECT` themselves.
 fn run(
     f: &File,
+    path: &Path,
     len: usize,
     cache: u64,
     sys: Sys,
-    parts: &[std::ops::Range<usize>],
-) -> Result<(f64, String)> {
+    parts: &[Range<usize>],
+) -> Result<(f64, (f64, f64), String)> {
     drop_cache(f);
-    let secs;
     let mut note = String::new();
-    match sys {
-        Sys::Umio => {
-            let rt = Runtime::builder().cache_bytes(cache).build()?;
-            let map = rt.map_file(f, MapOptions::new())?;
-            secs = scan_parts(map.as_slice(), parts);
-            let s = map.stats();
-            note = format!(
-                "faults {:>7}  misses {:>7}  prefetched {:>7}  reads {:>6}",
-                s.faults,
-                s.fills - s.prefetched,
-                s.prefetched,
-                rt.stats().store_reads
-            );
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    let mbps: Vec<f64> = match sys {
+        Sys::Device => scan_floor::device_scan_rates(path, parts, touch)?.0,
+        Sys::Floor(readers) => {
+            scan_floor::copy_floor_rates(path, parts, cache as usize, readers, touch)?.0
         }
-        Sys::Mmap => {
-            // SAFETY: maps `len` bytes of a file we hold open, read-only;
-            // unmapped below, after the scan's borrows end.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    0,
+        Sys::Umio | Sys::Mmap => {
+            let secs = if sys == Sys::Umio {
+                let rt = Runtime::builder().cache_bytes(cache).build()?;
+                let map = rt.map_file(f, MapOptions::new())?;
+                let secs = scan_parts(map.as_slice(), parts);
+                let s = map.stats();
+                note = format!(
+                    "faults {:>7}  misses {:>7}  prefetched {:>7}  reads {:>6}",
+                    s.faults,
+                    s.fills - s.prefetched,
+                    s.prefetched,
+                    rt.stats().store_reads
+                );
+                secs
+            } else {
+                let map = Mmap::new(f, len, libc::MADV_NORMAL, false)?;
+                // SAFETY: the mapping, `len` readable bytes, alive until
+                // the end of this block.
+                scan_parts(
+                    unsafe { std::slice::from_raw_parts(map.ptr, map.len) },
+                    parts,
                 )
             };
-            if p == libc::MAP_FAILED {
-                return Err(std::io::Error::last_os_error().into());
-            }
-            // SAFETY: `p` is `len` readable bytes until munmap below.
-            let data = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-            secs = scan_parts(data, parts);
-            // SAFETY: unmaps what we mapped; `data` is not used after.
-            unsafe { libc::munmap(p, len) };
+            parts
+                .iter()
+                .zip(&secs)
+                .map(|(r, s)| r.len() as f64 / s)
+                .collect()
         }
     }
-    let mbps: Vec<f64> = parts
-        .iter()
-        .zip(&secs)
-        .map(|(r, s)| r.len() as f64 / s / 1e6)
-        .collect();
-    Ok((mbps.iter().sum::<f64>() / mbps.len() as f64, note))
+    .into_iter()
+    .map(|bps| bps / 1e6)
+    .collect();
+    let (wall, cpu_end) = (t.elapsed().as_secs_f64(), cpu_seconds());
+    let vcpus = ((cpu_end.0 - cpu.0) / wall, (cpu_end.1 - cpu.1) / wall);
+    Ok((mbps.iter().sum::<f64>() / mbps.len() as f64, vcpus, note))
 }
 
-// Each scan is a list of ranges, some of one range.
-#[allow(clippy::single_range_in_vec_init)]
-fn main() -> Result<()> {
-    let a = args();
-    let len = a.size_mib * MIB;
-    let path = a
-        .dir
-        .join(format!("umio-scan-halves-{}", std::process::id()));
+/// Makes a `size_mib` MiB file of varied bytes in `dir`, opens it and
+/// removes its name (it lives while open).
+fn make_file(dir: &Path, size_mib: usize) -> Result<File> {
+    let path = dir.join(format!("umio-scan-halves-{}", std::process::id()));
     {
         let mut f = File::create(&path)?;
         let mut block = vec![0u8; MIB];
-        for i in 0..a.size_mib {
+        for i in 0..size_mib {
             block.iter_mut().enumerate().for_each(|(j, b)| {
                 *b = (i * 31 + j * 7) as u8;
             });
@@ -182,40 +259,95 @@ fn main() -> Result<()> {
     }
     let f = File::open(&path)?;
     std::fs::remove_file(&path)?;
+    Ok(f)
+}
+
+/// "lo-hi (median)" of `v`, formatted with `prec` decimals.
+fn span(v: &[f64], prec: usize) -> String {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let (lo, hi) = (v[0], v[v.len() - 1]);
+    let mid = (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0;
+    format!("{lo:.prec$}-{hi:.prec$} ({mid:.prec$})")
+}
+
+// Each scan is a list of ranges, some of one range.
+#[allow(clippy::single_range_in_vec_init)]
+fn main() -> Result<()> {
+    let a = args();
+    let (f, path, shown) = match &a.file {
+        Some(p) => (File::open(p)?, p.clone(), p.display().to_string()),
+        None => {
+            let f = make_file(&a.dir, a.size_mib)?;
+            // The file has no name left; the floor and the device open it
+            // again, with O_DIRECT, through its descriptor.
+            let p = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+            (f, p, format!("a file made in {}", a.dir.display()))
+        }
+    };
+    // Two halves of whole windows (the floor's and the device's unit).
+    let len = usize::try_from(f.metadata()?.len())? / (2 * WINDOW) * (2 * WINDOW);
+    if len == 0 {
+        return Err(format!("the file is smaller than {} MiB", 2 * WINDOW / MIB).into());
+    }
     let cache = a.cache_mib << 20;
     let half = len / 2;
-    let scans: [(&str, Vec<std::ops::Range<usize>>); 3] = [
+    let scans: [(&str, Vec<Range<usize>>); 3] = [
         ("one thread, half", vec![0..half]),
         ("two threads, halves", vec![0..half, half..len]),
         ("one thread, whole", vec![0..len]),
     ];
-    let mut systems = vec![Sys::Umio];
+    let mut systems = vec![Sys::Device, Sys::Floor(1), Sys::Floor(2), Sys::Umio];
     if a.mmap {
         systems.push(Sys::Mmap);
     }
     println!(
-        "file {} MiB in {}, umio cache {} MiB, {} rounds",
-        a.size_mib,
-        a.dir.display(),
+        "{shown}, {} MiB scanned, umio cache and floor budget {} MiB, {} rounds",
+        len / MIB,
         a.cache_mib,
         a.rounds
     );
+    // Per side and scan, the rates of every round; per side, two/one.
+    let mut rates = vec![[vec![], vec![], vec![]]; systems.len()];
+    let mut ratios = vec![vec![]; systems.len()];
+    let mut vcpus = vec![[vec![], vec![], vec![]]; systems.len()];
     for round in 0..a.rounds {
-        let mut one = [0.0; 2];
-        for (name, parts) in &scans {
+        for (n, (name, parts)) in scans.iter().enumerate() {
             for (k, &sys) in systems.iter().enumerate() {
-                let (mbps, note) = run(&f, len, cache, sys, parts)?;
-                let label = if sys == Sys::Umio { "umio" } else { "mmap" };
-                print!("round {round} {label} {name:<20} {mbps:>7.0} MB/s per thread  {note}");
-                if parts.len() == 1 && parts[0].len() == half {
-                    one[k] = mbps;
-                }
-                if parts.len() == 2 {
-                    print!("  two/one {:.2}", mbps / one[k]);
+                let (mbps, (own, all), note) = run(&f, &path, len, cache, sys, parts)?;
+                print!(
+                    "round {round} {:<6} {name:<20} {mbps:>7.0} MB/s per thread  vCPUs {own:.2} \
+                     (machine {all:.2})  {note}",
+                    sys.label()
+                );
+                rates[k][n].push(mbps);
+                vcpus[k][n].push(all);
+                if n == 1 {
+                    let ratio = mbps / rates[k][0][round];
+                    ratios[k].push(ratio);
+                    print!("  two/one {ratio:.2}");
                 }
                 println!();
             }
         }
+    }
+    println!(
+        "\nMB/s per thread over {} rounds, lowest-highest (median), and the machine's vCPUs busy \
+         (outside niced tasks):\n\
+         {:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
+        a.rounds, "", "one, half", "two, halves", "two/one", "one, whole", "vCPUs one", "vCPUs two"
+    );
+    for (k, sys) in systems.iter().enumerate() {
+        println!(
+            "{:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
+            sys.label(),
+            span(&rates[k][0], 0),
+            span(&rates[k][1], 0),
+            span(&ratios[k], 2),
+            span(&rates[k][2], 0),
+            span(&vcpus[k][0], 2),
+            span(&vcpus[k][1], 2)
+        );
     }
     Ok(())
 }

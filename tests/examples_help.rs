@@ -28,7 +28,7 @@ fn run(exe: &Path, args: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-const EXAMPLES: [&str; 10] = [
+const EXAMPLES: [&str; 12] = [
     "direct_io",
     "backends",
     "bfs",
@@ -39,6 +39,8 @@ const EXAMPLES: [&str; 10] = [
     "policies",
     "quickstart",
     "report",
+    "scan_halves",
+    "scan_limits",
 ];
 
 /// The examples of this test run's profile, built fresh (a test target
