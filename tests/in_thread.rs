@@ -10,13 +10,13 @@ mod common;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::{Rng, assert_same, file_with, random_bytes, rw_file_with};
 use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
-use umio::{FaultService, MapOptions, PrefetchKind, Runtime};
+use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store, StoreError};
 
 fn in_thread(cache_bytes: u64) -> Runtime {
     let rt = Runtime::builder()
@@ -471,4 +471,145 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
     // this test); only read.
     let rest = unsafe { std::slice::from_raw_parts((addr + (64 << 10)) as *const u8, 192 << 10) };
     assert!(rest.iter().all(|&b| b == 7));
+}
+
+/// A memory store whose writes wait at a gate until the test opens it.
+struct GatedWrites {
+    inner: MemoryStore,
+    /// (open, writes waiting)
+    gate: Mutex<(bool, usize)>,
+    changed: Condvar,
+}
+
+impl GatedWrites {
+    fn new(inner: MemoryStore) -> GatedWrites {
+        GatedWrites {
+            inner,
+            gate: Mutex::new((false, 0)),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn wait_for_a_writer(&self) {
+        let g = self.gate.lock().unwrap();
+        drop(self.changed.wait_while(g, |g| g.1 == 0).unwrap());
+    }
+
+    fn open(&self) {
+        self.gate.lock().unwrap().0 = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Store for GatedWrites {
+    fn len(&self) -> Result<u64, StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        let mut g = self.gate.lock().unwrap();
+        g.1 += 1;
+        self.changed.notify_all();
+        drop(self.changed.wait_while(g, |g| !g.0).unwrap());
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn is_writable(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "gated writes"
+    }
+}
+
+/// A miss that finds the cache full of the pages of a region being
+/// unmapped waits, in its handler, for the unmap to release them. The
+/// unmap's last step but one takes the region out of the handler's table
+/// and waits for the handlers that may still see it (an RCU grace period),
+/// and it releases the pages' cache space only after that: a handler that
+/// waited for the space inside its read section made the unmap wait for it
+/// in turn, until the miss gave up (30 s) and the thread got SIGBUS for a
+/// valid address. Seen under load in `unmap_while_faulting` (cache full of
+/// the unmapped region's pages, a reader of the other region faulting);
+/// forced here with a store whose write-back waits until a reader is in.
+#[test]
+fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
+    use std::os::unix::process::ExitStatusExt;
+    if !is_child() {
+        let st = run_child("a_miss_waiting_for_the_space_an_unmap_frees_is_served");
+        assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+        return;
+    }
+    const PAGES: usize = 16;
+    // The background evictor never runs (the high watermark is the bound):
+    // only the unmap frees A's pages.
+    let rt = Runtime::builder()
+        .cache_bytes((PAGES * 4096) as u64)
+        .page_size(4096)
+        .watermarks(100, 100)
+        .fault_service(FaultService::InThread)
+        .build()
+        .unwrap();
+    let store_a = Arc::new(GatedWrites::new(MemoryStore::new(vec![1u8; PAGES * 4096])));
+    let store_a_dyn: Arc<dyn Store> = store_a.clone();
+    let mut a = rt
+        .map(
+            MapOptions::new()
+                .store(store_a_dyn)
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    let b = Arc::new(
+        rt.map(
+            MapOptions::new()
+                .store(Arc::new(MemoryStore::new(vec![2u8; 4096])))
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap(),
+    );
+    // A's pages fill the cache, dirty: a handler's own reclaim takes clean
+    // pages only.
+    for p in 0..PAGES {
+        a.as_mut_slice()[p * 4096] = 3;
+    }
+    assert_eq!(rt.stats().resident_bytes, (PAGES * 4096) as u64);
+    // The unmap of A starts: A is closed to new work (its pages can no
+    // longer be evicted), and its write-back waits at the gate.
+    let unmap = std::thread::spawn(move || a.unmap());
+    store_a.wait_for_a_writer();
+    // A reader of B misses and waits for cache space in its handler.
+    let reclaims = rt.stats().direct_reclaims;
+    let (tx, rx) = mpsc::channel();
+    let reader = {
+        let b = b.clone();
+        std::thread::spawn(move || tx.send(b[100]).unwrap())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt.stats().direct_reclaims == reclaims {
+        assert!(
+            Instant::now() < deadline,
+            "the reader never waited for space"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The unmap goes on, and frees A's pages: the reader gets its byte.
+    store_a.open();
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(v) => assert_eq!(v, 2),
+        Err(_) => {
+            eprintln!("the reader of B hung behind the unmap of A");
+            std::process::exit(1);
+        }
+    }
+    reader.join().unwrap();
+    unmap.join().unwrap().unwrap();
+    assert_eq!(rt.stats().read_errors, 0);
 }

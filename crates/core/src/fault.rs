@@ -105,12 +105,13 @@ impl Shared {
     }
 
     /// Serves, in the faulting thread (a SIGBUS handler, on a service
-    /// slot: see `in_thread.rs`), a fault at `addr` of `region`. `write`:
-    /// whether the access was a write, where the CPU says. Returns with the
+    /// slot: see `in_thread.rs`), a fault at `addr` of `region`, which the
+    /// caller has entered ([`Region::enter`]). `write`: whether the access
+    /// was a write, where the CPU says. `thread`: the caller's thread id
+    /// (`gettid`, taken once per fault by the handler). Returns with the
     /// page installed, or once a wait for another thread's fill has lasted
     /// [`IN_THREAD_WAIT`] (the access is retried: it finds the page, or
-    /// faults again and waits again): true. `thread`: the caller's thread
-    /// id (`gettid`, taken once per fault by the handler). False if the fill failed: the
+    /// faults again and waits again): true. False if the fill failed: the
     /// caller delivers the SIGBUS a failed read of a kernel mapping would.
     ///
     /// The same steps as [`handle_fault`](Shared::handle_fault), but a
@@ -132,13 +133,6 @@ impl Shared {
         self.trace_read(read);
         self.counters().faults.fetch_add(1, Relaxed);
         self.counters().in_thread_faults.fetch_add(1, Relaxed);
-        let Some(_guard) = region.enter() else {
-            // Being unmapped: wait for the unmap to unregister the range
-            // (the retry then fails as an access to unmapped memory does).
-            self.counters().stale.fetch_add(1, Relaxed);
-            std::thread::sleep(IN_THREAD_WAIT);
-            return true;
-        };
         region.stats.faults.fetch_add(1, Relaxed);
         if region.hugetlb {
             self.counters().huge_faults.fetch_add(1, Relaxed);
@@ -150,6 +144,17 @@ impl Shared {
         w.credit.release_all(self.budget_of(region));
         self.counters().fault_latency.record(begin.elapsed());
         served
+    }
+
+    /// In the faulting thread, a fault on a region being unmapped (it
+    /// could not be entered): waits a moment for the unmap to unregister
+    /// the range, then lets the access retry (it then fails as an access
+    /// to unmapped memory does).
+    pub(crate) fn in_thread_fault_while_unmapping(&self) {
+        self.counters().faults.fetch_add(1, Relaxed);
+        self.counters().in_thread_faults.fetch_add(1, Relaxed);
+        self.counters().stale.fetch_add(1, Relaxed);
+        std::thread::sleep(IN_THREAD_WAIT);
     }
 
     fn serve_page_in_thread(

@@ -21,6 +21,7 @@
 //! initialised thread-local, every signal blocked while a fault is served.
 
 use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -437,11 +438,34 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
             return Verdict::NotOurs;
         };
         // SAFETY: entries outlive the read section; their runtime outlives
-        // them.
+        // them (and, below, the region outlives the section).
         let shared = unsafe { &*e.shared };
+        // The table's handle of the region, borrowed past the read section
+        // without a count of its own, so that nothing here can drop the
+        // last one (a drop frees memory: not in a signal handler).
+        // SAFETY: `e.region` is a live `Arc` while `g` lives; the handle
+        // is never dropped (`ManuallyDrop`), and is used after `g` only
+        // while the region is entered (see below).
+        let region = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(&e.region)) });
+        let Some(_entered) = region.enter() else {
+            drop(g);
+            shared.in_thread_fault_while_unmapping();
+            return Verdict::Retry;
+        };
+        // The fault is served outside the read section. Serving may wait
+        // long (for cache space, up to `RECLAIM_TIMEOUT`), and every RCU
+        // writer in the process (a map, an unmap, new advice) waits for
+        // every read section: an unmap that frees its cache space only
+        // after its grace period (`Shared::unmap`) would wait for this
+        // fault, which waits for that space, until the fault gave up with
+        // SIGBUS. Entered, the region needs no read section to stay
+        // alive: its unmap waits for `_entered` (`Region::close`) before
+        // it takes the region out of the table, which until then holds an
+        // `Arc` of it; its runtime outlives it.
+        drop(g);
         // SAFETY: the slot is this thread's until `serve` releases it.
         let w = unsafe { &mut *(*call.slot).scratch.get() };
-        if shared.serve_in_thread(w, &e.region, call.fault.addr, call.fault.write, call.thread) {
+        if shared.serve_in_thread(w, &region, call.fault.addr, call.fault.write, call.thread) {
             Verdict::Retry
         } else {
             Verdict::Failed
