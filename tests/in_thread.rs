@@ -613,3 +613,62 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
     unmap.join().unwrap().unwrap();
     assert_eq!(rt.stats().read_errors, 0);
 }
+
+/// A miss that finds the cache full of dirty pages is served even where
+/// the evictors would not start on their own (high watermark at the
+/// limit): a miss waiting for space tells them what it wants, and they
+/// write pages back and free it. A handler cannot write back itself; it
+/// used to wait for 30 s and then die of SIGBUS.
+#[test]
+fn a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark() {
+    use std::os::unix::process::ExitStatusExt;
+    const NAME: &str = "a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark";
+    if !is_child() {
+        let st = run_child(NAME);
+        assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+        return;
+    }
+    const PAGES: usize = 32;
+    let rt = Runtime::builder()
+        .cache_bytes((PAGES * 4096) as u64)
+        .page_size(4096)
+        .watermarks(100, 90)
+        .fault_service(FaultService::InThread)
+        .build()
+        .unwrap();
+    let data = random_bytes(4 * PAGES * 4096, 9);
+    let (tmp, f) = rw_file_with(&data);
+    let mut map = rt
+        .map_file(
+            &f,
+            MapOptions::new()
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    let began = Instant::now();
+    // Four times the cache, every page written: from the 33rd on, each
+    // miss finds only dirty pages.
+    let bytes = map.as_mut_slice();
+    for p in 0..4 * PAGES {
+        bytes[p * 4096 + 1] ^= 0xFF;
+    }
+    let took = began.elapsed();
+    map.flush().unwrap();
+    let mut want = data.clone();
+    for p in 0..4 * PAGES {
+        want[p * 4096 + 1] ^= 0xFF;
+    }
+    assert_same(&map[..], &want, "after the writes");
+    let mut on_disk = Vec::new();
+    std::fs::File::open(tmp.path())
+        .unwrap()
+        .read_to_end(&mut on_disk)
+        .unwrap();
+    assert_same(&on_disk, &want, "the file");
+    assert!(
+        took < Duration::from_secs(10),
+        "{} pages written in {took:?}: misses waited for space",
+        4 * PAGES
+    );
+}

@@ -15,7 +15,7 @@ use crate::huge::HugeState;
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
 use crate::scratch::Scratch;
-use crate::shared::Shared;
+use crate::shared::{Pool, Shared};
 use crate::sys::mm;
 
 /// Most victims taken per batch (Aquila evicts 512 at a time).
@@ -71,30 +71,30 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
-        self.evict_to_low_water(w, &pool.budget, &*pool.policy, false);
+        self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            self.evict_to_low_water(w, &h.budget, &*h.policy, true);
+            self.evict_to_low_water(w, h, true);
         }
     }
 
-    /// Once one pool is above its high watermark, evicts within it down to
-    /// its low one. Batches are sized by the pool's largest page (the
-    /// runtime's default page size is only the least of them): sized by a
-    /// smaller page, a batch of large pages would evict far below the low
-    /// watermark.
-    fn evict_to_low_water(
-        &self,
-        w: &mut Scratch,
-        budget: &FrameBudget,
-        policy: &dyn EvictionPolicy,
-        huge_pool: bool,
-    ) {
-        if !budget.above_high() {
+    /// Once one pool is above its high watermark, or a miss waits for
+    /// space in it, evicts within it down to its low one (and further, to
+    /// make room for what waiting misses want). Batches are sized by the
+    /// pool's largest page (the runtime's default page size is only the
+    /// least of them): sized by a smaller page, a batch of large pages
+    /// would evict far below the low watermark.
+    fn evict_to_low_water(&self, w: &mut Scratch, pool: &Pool, huge_pool: bool) {
+        let (budget, policy) = (&pool.budget, &*pool.policy);
+        let wanted = pool.wanted.load(Relaxed);
+        if !budget.above_high() && wanted == 0 {
             return;
         }
+        let target = budget
+            .low_water()
+            .min(budget.limit().saturating_sub(wanted));
         let page_size = self.largest_page(huge_pool);
-        while budget.used() > budget.low_water() && !self.is_shutting_down() {
+        while budget.used() > target && !self.is_shutting_down() {
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();

@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,26 @@ pub(crate) const MAX_BATCH_RUNS: usize = 64;
 const MAX_INLINE_PREFETCH: usize = 64 << 10;
 /// How long a miss waits for cache space before it fails with SIGBUS.
 const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bytes a waiting miss wants, counted in its pool's `wanted` while it
+/// lives. Atomics only: made in signal handlers too.
+struct Wanted<'a> {
+    cell: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl<'a> Wanted<'a> {
+    fn new(cell: &'a AtomicU64, bytes: u64) -> Wanted<'a> {
+        cell.fetch_add(bytes, Relaxed);
+        Wanted { cell, bytes }
+    }
+}
+
+impl Drop for Wanted<'_> {
+    fn drop(&mut self) {
+        self.cell.fetch_sub(self.bytes, Relaxed);
+    }
+}
 
 /// Per-run state of one batch, on the stack up to [`MAX_BATCH_RUNS`] runs:
 /// a batch allocates nothing.
@@ -360,6 +381,9 @@ impl Shared {
         let mut deadline = None;
         let budget = self.budget_of(region);
         let may_reclaim = may_reclaim && !self.reader_must_not_drop();
+        // Once a try fails: the bytes this miss waits for, told to the
+        // evictors until it returns.
+        let mut wanting: Option<Wanted<'_>> = None;
         loop {
             // The huge pool's reservations are 2 MiB or more: no batching.
             let got = if region.huge_pool {
@@ -375,6 +399,9 @@ impl Shared {
             }
             if !may_reclaim || self.is_shutting_down() || region.is_closing() {
                 return false;
+            }
+            if wanting.is_none() {
+                wanting = Some(Wanted::new(&self.pool_of(region).wanted, bytes));
             }
             self.kick_evictors();
             self.counters().direct_reclaims.fetch_add(1, Relaxed);

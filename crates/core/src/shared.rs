@@ -80,6 +80,11 @@ struct PageWaits {
 pub(crate) struct Pool {
     pub budget: FrameBudget,
     pub policy: Box<dyn EvictionPolicy>,
+    /// Bytes that misses waiting in `reserve` want now: the evictors free
+    /// them even below the high watermark (a reservation larger than the
+    /// space above it fails there, and a miss served in a signal handler
+    /// cannot write dirty pages back itself).
+    pub wanted: AtomicU64,
 }
 
 impl Shared {
@@ -103,6 +108,7 @@ impl Shared {
             pool: Pool {
                 budget: FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
                 policy: s.policy,
+                wanted: AtomicU64::new(0),
             },
             huge: s.huge_cache_bytes.map(|bytes| {
                 let policy = s.huge_policy.build();
@@ -112,6 +118,7 @@ impl Shared {
                 Pool {
                     budget: FrameBudget::new(bytes, s.high_water, s.low_water),
                     policy,
+                    wanted: AtomicU64::new(0),
                 }
             }),
             spin: SpinTuner::new(),
@@ -282,6 +289,15 @@ impl Shared {
         match &self.huge {
             Some(h) if region.huge_pool => &h.budget,
             _ => &self.pool.budget,
+        }
+    }
+
+    /// `region`'s pool.
+    #[inline]
+    pub fn pool_of(&self, region: &Region) -> &Pool {
+        match &self.huge {
+            Some(h) if region.huge_pool => h,
+            _ => &self.pool,
         }
     }
 
