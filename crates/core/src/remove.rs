@@ -31,7 +31,7 @@
 //! drops pages itself (no direct reclaim: a miss that finds the cache
 //! full lets the thread fault again once the evictors made room), and a
 //! reader whose ioctl is refused with `EAGAIN` while an event is pending
-//! reads the pending messages itself (`sys/uffd.rs`, `on_eagain`).
+//! reads the pending messages itself (`sys/uffd.rs`, `EagainWait`).
 
 use std::ops::Range;
 use std::os::fd::AsRawFd;
