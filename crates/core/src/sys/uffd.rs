@@ -250,10 +250,14 @@ pub(crate) fn is_reader() -> bool {
 /// block, so this is only reached if the threads that read the descriptor
 /// are gone (see [`EagainWait`]).
 const EAGAIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Retries after `EAGAIN` that only yield the CPU, before the wait sleeps.
-const EAGAIN_YIELDS: u32 = 3;
-/// The first sleep between two retries; it doubles up to [`EAGAIN_SLEEP_MAX`].
-const EAGAIN_SLEEP_MIN: Duration = Duration::from_micros(10);
+/// How long, and how many times at most, a thread that reads no events
+/// only yields between retries before it sleeps.
+const EAGAIN_YIELD_FOR: Duration = Duration::from_micros(200);
+const EAGAIN_YIELDS: u32 = 256;
+/// The first sleep between two retries (about the kernel's default timer
+/// slack: shorter sleeps last as long); it doubles up to
+/// [`EAGAIN_SLEEP_MAX`].
+const EAGAIN_SLEEP_MIN: Duration = Duration::from_micros(50);
 const EAGAIN_SLEEP_MAX: Duration = Duration::from_millis(1);
 
 /// Waiting out `EAGAIN` from `UFFDIO_COPY`, `UFFDIO_WRITEPROTECT` and
@@ -263,32 +267,39 @@ const EAGAIN_SLEEP_MAX: Duration = Duration::from_millis(1);
 /// (`ctx->mmap_changing`): with remove events on (the only event umio
 /// asks for), from the moment a `UFFD_EVENT_REMOVE` is queued until a
 /// reader has read it and its `madvise` caller, woken by the read, has run
-/// again. So:
+/// again (the caller lowers the count itself when it resumes). So:
 ///
-/// - **A reader must not just wait.** The event the ioctl waits for may be
-///   one only this thread would read (the only filler, or every filler
-///   retrying at once): waiting for another reader would deadlock. A
-///   reader (a filler, the `umio-events` thread) reads the pending
-///   messages itself on every retry, into the stash its next read returns
-///   first ([`Uffd::read_messages`]), and nothing it waits for is then
-///   left unread.
-/// - **Nobody spins.** Once the event is read, what is left is the
-///   `madvise` caller's wake-up, as long as the scheduler takes: a thread
-///   retrying in a loop burns a CPU meanwhile, maybe the one the caller
-///   would run on (this machine has two). A few retries only yield (the
-///   caller, woken on this CPU, runs at once), then the thread sleeps,
-///   [`EAGAIN_SLEEP_MIN`] doubling up to [`EAGAIN_SLEEP_MAX`]: at most
-///   about twice the time the refusal lasts, at most a thousand retries a
-///   second. Sleeping is safe in the in-thread service's signal handler
-///   (`nanosleep`).
+/// - **A reader reads; it never waits for another.** The event its ioctl
+///   waits for may be one only it would read (the only filler, or every
+///   filler retrying at once): sleeping until another reader comes would
+///   deadlock, and sleeping at all starves the callers (events queue up
+///   unread meanwhile, each holding the count up: every retry right after
+///   a read then finds the callers just woken not yet run; measured with
+///   `tests/remove_events.rs`' evictions-with-`madvise` test, 5 s became
+///   25 s to minutes). A reader (a filler) reads the pending messages on
+///   every refusal, into the stash its next read returns first
+///   ([`Uffd::read_messages`]); after a read that took some it retries at
+///   once, else it yields: the callers it woke are runnable, usually on
+///   its own CPU (the kernel wakes them there), and yielding runs them.
+///   Its retries last as long as the callers take to run, and no longer:
+///   nothing else holds the refusal up.
+/// - **Everyone else backs off.** An evictor, a prefetch thread, an
+///   application thread or an in-thread handler only waits for the
+///   readers and the callers: it yields for [`EAGAIN_YIELD_FOR`] (at most
+///   [`EAGAIN_YIELDS`] times: the usual refusal, a caller's wake-up, ends
+///   within it), then sleeps, [`EAGAIN_SLEEP_MIN`] doubling to
+///   [`EAGAIN_SLEEP_MAX`], so that a long refusal costs about a
+///   thousand retries a second, not a CPU. Sleeping is safe in the
+///   in-thread service's signal handler (`nanosleep`).
 /// - **The bound is the readers, not the region.** Every caller is inside
 ///   its region and holds the range's pages busy, which an unmap waits
 ///   for, so the range outlives the call; and a range no longer mapped
 ///   would not end the refusal (the kernel checks `mmap_changing` first).
-///   What ends it is a reader reading the event, and readers run as long
-///   as any region does. Should none be left, the wait gives up after
-///   [`EAGAIN_TIMEOUT`] with `EAGAIN`, which the callers report as the
-///   ioctl's failure (a page left dirty, a fill failed).
+///   What ends it is a reader reading the event and its caller running,
+///   and readers run as long as any region does. Should none be left, the
+///   wait gives up after [`EAGAIN_TIMEOUT`] with `EAGAIN`, which the
+///   callers report as the ioctl's failure (a page left dirty, a fill
+///   failed).
 struct EagainWait {
     retries: u32,
     since: Option<Instant>,
@@ -313,12 +324,16 @@ impl EagainWait {
         #[cfg(test)]
         tests::EAGAIN_RETRIES.with(|n| n.set(n.get() + 1));
         if is_reader() {
-            uffd.stash_pending();
+            if !uffd.stash_pending() {
+                std::thread::yield_now();
+            }
+            return true;
         }
         self.retries += 1;
-        if self.retries <= EAGAIN_YIELDS {
+        if self.retries <= EAGAIN_YIELDS && since.elapsed() < EAGAIN_YIELD_FOR {
             std::thread::yield_now();
         } else {
+            self.retries = self.retries.max(EAGAIN_YIELDS + 1);
             let doublings = (self.retries - EAGAIN_YIELDS - 1).min(16);
             std::thread::sleep((EAGAIN_SLEEP_MIN * (1 << doublings)).min(EAGAIN_SLEEP_MAX));
         }
@@ -395,22 +410,22 @@ impl Uffd {
 
     /// A reader's ioctl was refused with `EAGAIN`: takes the pending
     /// messages off the descriptor, so that the event's `madvise` caller
-    /// goes on (see [`EagainWait`]).
-    fn stash_pending(&self) {
+    /// goes on (see [`EagainWait`]). Whether there were any.
+    fn stash_pending(&self) -> bool {
         let mut buf = [UffdMsg::default(); 16];
-        loop {
-            match self.read_raw(&mut buf) {
-                Ok(n) if n > 0 => {
-                    let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
-                    stash.extend_from_slice(&buf[..n]);
-                    self.stashed.store(true, Ordering::Release);
-                    if n < buf.len() {
-                        return;
-                    }
-                }
-                _ => return,
+        let mut any = false;
+        while let Ok(n) = self.read_raw(&mut buf)
+            && n > 0
+        {
+            any = true;
+            let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+            stash.extend_from_slice(&buf[..n]);
+            self.stashed.store(true, Ordering::Release);
+            if n < buf.len() {
+                break;
             }
         }
+        any
     }
 
     /// Whether a reader stashed messages that no one has read yet.
@@ -739,10 +754,10 @@ pub(super) mod tests {
         let (r, retries, took) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(r, Ok(()));
         assert!(retries > 0, "it was refused");
-        // The few yields and the sleeps growing to a millisecond (16 at
-        // most), then one retry per millisecond: a spin retries many times
+        // The yields (256 at most), the sleeps growing to a millisecond
+        // (5), then one retry per millisecond: a spin retries many times
         // more.
-        let most = 16 + took.as_millis() as u64;
+        let most = 256 + 8 + took.as_millis() as u64;
         assert!(
             retries <= most,
             "{retries} retries in {took:?}: a spin, not a sleep (at most {most})"
