@@ -804,8 +804,7 @@ mod tests {
     fn getters_in_child() {
         use crate::native::*;
         use crate::umap::*;
-        // SAFETY (every call below): the exports take plain values or
-        // NUL-terminated strings.
+        // SAFETY: the exports take plain values or NUL-terminated strings.
         unsafe {
             assert_eq!(umio_config_set_page_size(16 << 10), 0);
             assert_eq!(umio_config_set_cache_bytes(8 << 20), 0);
