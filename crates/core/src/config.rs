@@ -457,9 +457,9 @@ impl Builder {
         if let Some(bytes) = self.huge_cache_bytes {
             Builder::check_huge_cache_bytes(bytes)?;
         }
-        let (policy, huge_policy) = match self.policy {
-            PolicySpec::Builtin(k) => (k.build(), k),
-            PolicySpec::Custom(p) => (p, PolicyKind::default()),
+        let (policy, huge_policy, eviction) = match self.policy {
+            PolicySpec::Builtin(k) => (k.build(), k, Some(k)),
+            PolicySpec::Custom(p) => (p, PolicyKind::default(), None),
         };
         Ok(Settings {
             cfg: Config {
@@ -478,6 +478,9 @@ impl Builder {
                 page_cache: self.page_cache,
                 fault_service,
                 remove_events: self.remove_events,
+                watermarks: (self.high_water, self.low_water),
+                eviction,
+                uffd_mode: self.uffd_mode,
             },
             cache_bytes,
             huge_cache_bytes: self.huge_cache_bytes,
@@ -611,6 +614,93 @@ pub(crate) struct Config {
     pub fault_service: FaultService,
     /// Remove events are on (`Builder::remove_events`, and the kernel has
     /// them: resolved when the runtime starts).
+    pub remove_events: bool,
+    /// High and low watermarks at start, in percent.
+    pub watermarks: (u8, u8),
+    /// The built-in eviction policy; `None`: the application's own.
+    pub eviction: Option<PolicyKind>,
+    /// The userfaultfd mode asked for (what it became:
+    /// `KernelFeatures::user_mode_only`).
+    pub uffd_mode: UffdMode,
+}
+
+impl Config {
+    /// What [`Runtime::config`](crate::Runtime::config) reports.
+    pub(crate) fn public(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            page_size: self.default_page_size,
+            cache_auto: self.cache_auto,
+            fillers: self.fillers,
+            evictors: self.evictors,
+            watermarks: self.watermarks,
+            eviction: self.eviction,
+            prefetch: self.prefetch,
+            filler_spin: match self.filler_wait {
+                FillerWait::Fixed(d) => Some(d),
+                FillerWait::Adaptive => None,
+            },
+            max_fault_events: self.max_fault_events,
+            promote: self.promote,
+            uffd_mode: self.uffd_mode,
+            fault_service: self.fault_service,
+            page_cache: self.page_cache,
+            remove_events: self.remove_events,
+        }
+    }
+}
+
+/// The configuration a running runtime started with
+/// ([`Runtime::config`](crate::Runtime::config)): its [`Builder`]'s
+/// settings after the environment, the defaults and the checks, with what
+/// the runtime resolved when it started (the fault service `Auto` chose,
+/// remove events the kernel lacks turned off). The cache bounds change at
+/// run time and are not here: [`Runtime::cache_bytes`](crate::Runtime::cache_bytes)
+/// and [`Runtime::huge_cache_bytes`](crate::Runtime::huge_cache_bytes).
+///
+/// ```no_run
+/// # fn main() -> Result<(), umio_core::Error> {
+/// let rt = umio_core::Runtime::builder().fillers(2).build()?;
+/// assert_eq!(rt.config().fillers, 2);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RuntimeConfig {
+    /// Default fill unit of new regions ([`Builder::page_size`]).
+    pub page_size: usize,
+    /// `Some(share)`: the automatic cache bound
+    /// ([`Builder::cache_bytes_auto`]).
+    pub cache_auto: Option<f64>,
+    /// Fillers asked for ([`Builder::fillers`]); none runs when faults are
+    /// served in the faulting thread.
+    pub fillers: usize,
+    /// Evictors asked for ([`Builder::evictors`]); with remove events on,
+    /// at least one runs.
+    pub evictors: usize,
+    /// High and low watermarks in percent ([`Builder::watermarks`]).
+    pub watermarks: (u8, u8),
+    /// The built-in eviction policy; `None`: the application's own
+    /// ([`Builder::eviction_policy`]).
+    pub eviction: Option<PolicyKind>,
+    /// Default prefetch policy of new regions ([`Builder::prefetch`]).
+    pub prefetch: PrefetchKind,
+    /// Fillers' polling fixed by [`Builder::filler_spin`] (at most 1 s);
+    /// `None`: measured.
+    pub filler_spin: Option<Duration>,
+    /// Fault events read at once ([`Builder::max_fault_events`]).
+    pub max_fault_events: usize,
+    /// Default promotion policy ([`Builder::promote`]).
+    pub promote: PromoteKind,
+    /// The userfaultfd mode asked for ([`Builder::uffd_mode`]); what it
+    /// became: [`Runtime::user_mode_only`](crate::Runtime::user_mode_only).
+    pub uffd_mode: UffdMode,
+    /// How faults are served: [`FaultService::Fillers`] or
+    /// [`FaultService::InThread`] (what `Auto` became).
+    pub fault_service: FaultService,
+    /// [`Builder::page_cache`].
+    pub page_cache: bool,
+    /// Remove events are on: asked for ([`Builder::remove_events`]) and
+    /// the kernel has them.
     pub remove_events: bool,
 }
 

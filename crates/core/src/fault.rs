@@ -61,6 +61,15 @@ impl Shared {
                     }
                 }
                 Observed::Stable(PageState::Empty) => {
+                    if self.stale_removal_pending(region, page) {
+                        // Present in part where umio holds it empty, and
+                        // this reader may not drop it (`remove.rs`,
+                        // `drop_later`): a fill would find it present
+                        // again. The evictors drop it now and wake the
+                        // thread.
+                        self.counters().stale.fetch_add(1, Relaxed);
+                        return;
+                    }
                     if region.pages.try_lock(page, PageState::Empty) {
                         self.progress().made(w.thread);
                         self.fill_fault_in_slot(w, region, page, write);

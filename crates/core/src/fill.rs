@@ -121,11 +121,18 @@ impl Shared {
         let copied = self.install(addr, src, wp, true);
         if let Err(e) = copied {
             self.budget_of(region).release(ps as u64);
-            if region.is_closing() || (e == libc::EEXIST && self.reader_must_not_drop()) {
+            if e == libc::EEXIST && self.reader_must_not_drop() {
+                // A page present that umio holds empty, handed to the
+                // evictors to drop at once by `install` (a reader may
+                // not). Woken now, the thread would fault again and find
+                // it present again, in a loop until they came: the
+                // evictors wake it once the page is dropped (`settle`),
+                // and its faults meanwhile wait for that (`handle_fault`).
+                let _ = region.pages.unlock(page, PageState::Empty);
+                return true;
+            }
+            if region.is_closing() {
                 // Being unmapped: unregistering will release the thread.
-                // Or a page present that umio holds empty, handed to the
-                // evictors to drop by `install` (a reader may not): the
-                // thread faults again.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(addr, ps);
                 return true;
@@ -608,7 +615,12 @@ impl Shared {
             };
             let copied = self.install(region.page_addr(run.start), src, region.writable, true);
             if let Err(e) = copied {
-                log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
+                if e == libc::EEXIST && self.reader_must_not_drop() {
+                    // Handed to the evictors by `install`: not a failure.
+                    log::debug!("umio: prefetch found pages present that umio holds empty");
+                } else {
+                    log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
+                }
                 fail(run);
                 all = false;
                 continue;

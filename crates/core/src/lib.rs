@@ -44,7 +44,7 @@ mod writeback;
 pub use config::{
     Builder, DEFAULT_AUTO_SHARE, DEFAULT_EVICTORS, DEFAULT_MAX_FAULT_EVENTS, DEFAULT_PAGE_SIZE,
     DEFAULT_READ_AHEAD, DEFAULT_REMOVE_EVENTS, DEFAULT_WATERMARKS, MAX_PAGE_SIZE, MIN_PAGE_SIZE,
-    default_cache_bytes, default_fillers, parse_size,
+    RuntimeConfig, default_cache_bytes, default_fillers, parse_size,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
 pub use error::{Errno, Error, Result};

@@ -108,12 +108,13 @@ impl ProcessRuntime {
         owner().running(std::process::id()).map(|r| r.rt)
     }
 
-    /// The running runtime and the configuration it started from, if it
-    /// runs and was started from a `C`.
-    pub fn config<C: ProcessConfig + Clone>() -> Option<(&'static Runtime, C)> {
+    /// The runtime of this process if it runs, with the configuration it
+    /// started from if that was a `C` (`None` if another caller started
+    /// it: [`Runtime::config`] says what it runs with either way).
+    pub fn running<C: ProcessConfig + Clone>() -> Option<(&'static Runtime, Option<C>)> {
         let mut owner = owner();
         let running = owner.running(std::process::id())?;
-        let config = (*running.config).downcast_ref::<C>()?.clone();
+        let config = (*running.config).downcast_ref::<C>().cloned();
         Some((running.rt, config))
     }
 

@@ -31,12 +31,13 @@
 //! drops pages itself (no direct reclaim: a miss that finds the cache
 //! full lets the thread fault again once the evictors made room), and a
 //! reader whose ioctl is refused with `EAGAIN` while an event is pending
-//! reads the pending messages itself (`sys/uffd.rs`, `on_eagain`).
+//! reads the pending messages itself (`sys/uffd.rs`, `EagainWait`).
 
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use umio_cache::{Observed, PageState};
@@ -55,8 +56,33 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 /// leaves the page to that thread (yielding in between).
 const SETTLE_TRIES: usize = 10_000;
 
-/// Pages remove events noted, with when.
-pub(crate) type Removals = Vec<(Arc<Region>, Range<usize>, Instant)>;
+/// Pages handed to the evictors to be settled.
+struct Removal {
+    region: Arc<Region>,
+    pages: Range<usize>,
+    /// When they are settled: [`SETTLE`] after a remove event noted them;
+    /// at once for pages found present where umio holds them empty.
+    due: Instant,
+    /// Found present where umio holds them empty ([`Shared::drop_later`]),
+    /// not noted by a remove event.
+    stale: bool,
+}
+
+/// The pages waiting to be settled (`Shared::removals`).
+#[derive(Default)]
+pub(crate) struct Removals {
+    list: Mutex<Vec<Removal>>,
+    /// How many entries of `list` are stale: the fault path looks for one
+    /// on every miss, and must not take the lock for it while there is
+    /// none (the common case).
+    stale: AtomicUsize,
+}
+
+impl Removals {
+    fn lock(&self) -> MutexGuard<'_, Vec<Removal>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 impl Shared {
     /// Whether the calling thread must not drop pages itself: it reads
@@ -77,6 +103,7 @@ impl Shared {
         }
         let table = self.regions();
         let mut queued = false;
+        let due = Instant::now() + SETTLE;
         for (mapped, region) in table.overlapping(&(start..end)) {
             let (lo, hi) = (start.max(mapped.start), end.min(mapped.end));
             let (first, last) = (region.page_of(lo), region.page_of(hi - 1) + 1);
@@ -90,14 +117,14 @@ impl Shared {
                     (Some(r), true) => r.end = p + 1,
                     (None, true) => run = Some(p..p + 1),
                     (Some(_), false) => {
-                        self.queue_removal(&region, run.take().unwrap_or_default());
+                        self.queue_removal(&region, run.take().unwrap_or_default(), due, false);
                         queued = true;
                     }
                     (None, false) => {}
                 }
             }
             if let Some(r) = run {
-                self.queue_removal(&region, r);
+                self.queue_removal(&region, r, due, false);
                 queued = true;
             }
         }
@@ -106,45 +133,70 @@ impl Shared {
         }
     }
 
-    /// Hands the pages of `[start, end)` to the evictors to be settled,
-    /// whatever their state: a reader found a page present that umio
-    /// holds empty, and may not drop it itself.
+    /// Hands the pages of `[start, end)` to the evictors to be settled at
+    /// once, whatever their state: a reader found a page present that umio
+    /// holds empty, and may not drop it itself. Until the evictors have
+    /// settled it, faults on it wait ([`stale_removal_pending`]): filling
+    /// it again would find it present again.
+    ///
+    /// [`stale_removal_pending`]: Shared::stale_removal_pending
     pub(crate) fn drop_later(&self, start: usize, end: usize) {
         let table = self.regions();
+        let now = Instant::now();
         for (mapped, region) in table.overlapping(&(start..end)) {
             let (lo, hi) = (start.max(mapped.start), end.min(mapped.end));
-            self.queue_removal(&region, region.page_of(lo)..region.page_of(hi - 1) + 1);
+            let pages = region.page_of(lo)..region.page_of(hi - 1) + 1;
+            self.queue_removal(&region, pages, now, true);
         }
         self.kick_evictors();
     }
 
-    /// Settles the pages remove events noted at least [`SETTLE`] ago (an
-    /// evictor's work, before each round). Returns whether younger ones
+    /// Settles the pages whose time has come: noted by remove events at
+    /// least [`SETTLE`] ago, or found present where umio holds them empty
+    /// (an evictor's work, before each round). Returns whether others
     /// wait.
     pub(crate) fn serve_removals(&self) -> bool {
         let now = Instant::now();
         let (due, more) = {
-            let mut q = self.removals().lock().unwrap_or_else(|e| e.into_inner());
-            let (due, young): (Vec<_>, Vec<_>) =
-                q.drain(..).partition(|r| now.duration_since(r.2) >= SETTLE);
-            *q = young;
+            let mut q = self.removals().lock();
+            let (due, later): (Vec<_>, Vec<_>) = q.drain(..).partition(|r| now >= r.due);
+            *q = later;
+            let stale = due.iter().filter(|r| r.stale).count();
+            self.removals().stale.fetch_sub(stale, Release);
             (due, !q.is_empty())
         };
-        for (region, pages, _) in due {
-            if let Some(_g) = region.enter() {
-                self.settle(&region, pages);
+        for r in due {
+            // A region being unmapped is left alone: unregistering it
+            // wakes its threads.
+            if let Some(_g) = r.region.enter() {
+                self.settle(&r.region, r.pages);
             }
         }
         more
     }
 
-    /// Whether `page` of `region` waits to be settled: its fault waits.
+    /// Whether `page` of `region` waits to be settled after a remove event
+    /// (its fault waits).
     pub(crate) fn removal_pending(&self, region: &Region, page: usize) -> bool {
         self.removals()
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .any(|(r, pages, _)| r.id == region.id && pages.contains(&page))
+            .any(|r| r.region.id == region.id && r.pages.contains(&page))
+    }
+
+    /// Whether `page` of `region`, which umio holds empty, was found
+    /// present and waits for the evictors to drop it
+    /// ([`drop_later`](Shared::drop_later)): a fault on it waits for that
+    /// rather than fill it again, which would find it present again (and
+    /// again, a tight loop of store reads until the evictors come). One
+    /// atomic load while no such page waits.
+    pub(crate) fn stale_removal_pending(&self, region: &Region, page: usize) -> bool {
+        self.removals().stale.load(Acquire) > 0
+            && self
+                .removals()
+                .lock()
+                .iter()
+                .any(|r| r.stale && r.region.id == region.id && r.pages.contains(&page))
     }
 
     /// Drops the pages of `pages` whose memory the kernel dropped (in part:
@@ -244,12 +296,89 @@ pub(crate) fn events_main(shared: Arc<Shared>) {
 }
 
 impl Shared {
-    fn queue_removal(&self, region: &Arc<Region>, pages: Range<usize>) {
-        if !pages.is_empty() {
-            self.removals()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((region.clone(), pages, Instant::now()));
+    fn queue_removal(&self, region: &Arc<Region>, pages: Range<usize>, due: Instant, stale: bool) {
+        if pages.is_empty() {
+            return;
         }
+        let mut q = self.removals().lock();
+        if stale {
+            // Under the lock: `serve_removals` counts the stale entries it
+            // takes under it too.
+            self.removals().stale.fetch_add(1, Release);
+        }
+        q.push(Removal {
+            region: region.clone(),
+            pages,
+            due,
+            stale,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use umio_backends::MemoryStore;
+
+    use super::*;
+    use crate::{FaultService, MapOptions, PrefetchKind, Runtime};
+
+    /// A page umio holds empty but finds present in part (here made so by
+    /// hand: umio forgets a resident page without dropping it, as `unstick`
+    /// does on a reader, then the program drops part of it): a filler may
+    /// not drop it (it reads remove events), so the evictors do, and the
+    /// faulting thread waits for them instead of faulting again and again,
+    /// a store read and a failed copy each time, until they come.
+    #[test]
+    fn a_page_present_where_umio_holds_it_empty_waits_for_the_evictors() {
+        const PS: usize = 16 << 10;
+        let rt = Runtime::builder()
+            .cache_bytes(1 << 20)
+            .page_size(PS)
+            .fillers(1)
+            .evictors(1)
+            .remove_events(true)
+            // The fillers' case: a thread serving its own fault drops such
+            // a page itself.
+            .fault_service(FaultService::Fillers)
+            .build()
+            .expect("a runtime (the tests need userfaultfd: run as root)");
+        if !rt.shared().cfg().remove_events {
+            eprintln!("skipped: the kernel has no remove events");
+            return;
+        }
+        // Each 4 KiB of the store holds its index + 1.
+        let bytes: Vec<u8> = (0..4 * PS).map(|i| (i / 4096) as u8 + 1).collect();
+        let map = rt
+            .map(
+                MapOptions::new()
+                    .store(Arc::new(MemoryStore::new(bytes)))
+                    .len(4 * PS)
+                    .prefetch(PrefetchKind::None),
+            )
+            .unwrap();
+        let base = map.as_ptr() as usize;
+        let read = |at: usize| {
+            // SAFETY: inside the mapping, which lives until the end.
+            unsafe { std::ptr::read_volatile((base + at) as *const u8) }
+        };
+        assert_eq!(read(0), 1);
+        let region = rt.shared().regions().find(base).unwrap().clone();
+        assert!(region.pages.try_lock(0, PageState::Clean));
+        let _ = region.pages.unlock(0, PageState::Empty);
+        rt.shared().budget_of(&region).release(PS as u64);
+        // The remove event finds the page empty: nothing is noted.
+        mm::advise(base, 4096, libc::MADV_DONTNEED).unwrap();
+        let faults = rt.stats().faults;
+        // The fill finds 12 KiB present; the evictors drop the page and
+        // wake the thread, whose next fault fills it.
+        assert_eq!(read(0), 1);
+        assert_eq!(read(PS - 1), 4);
+        let faults = rt.stats().faults - faults;
+        assert!(
+            faults <= 3,
+            "{faults} faults on one page: the thread faulted again and again"
+        );
+        assert_eq!(region.pages.get(0), Observed::Stable(PageState::Clean));
+        assert_eq!(rt.stats().resident_bytes, PS as u64);
     }
 }

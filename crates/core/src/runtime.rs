@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::config::Builder;
+use crate::config::{Builder, RuntimeConfig};
 use crate::env::EnvConfig;
 use crate::error::{Error, Result};
 use crate::in_thread::{self, FaultService};
@@ -200,6 +200,13 @@ impl Runtime {
     /// [`Error::InvalidArgument`] if the runtime has no huge-page pool.
     pub fn set_huge_cache_bytes(&self, bytes: u64) -> Result<()> {
         self.inner.shared.set_pool_limit(true, bytes)
+    }
+
+    /// The configuration this runtime started with (the cache bounds,
+    /// which change while it runs, are [`cache_bytes`](Runtime::cache_bytes)
+    /// and [`huge_cache_bytes`](Runtime::huge_cache_bytes)).
+    pub fn config(&self) -> RuntimeConfig {
+        self.inner.shared.cfg().public()
     }
 
     /// The default page size of new regions.

@@ -63,7 +63,7 @@ pub(crate) struct Shared {
     /// another thread holds busy.
     page_waits: PageWaits,
     /// Pages remove events handed to the evictors (`remove.rs`).
-    removals: Mutex<crate::remove::Removals>,
+    removals: crate::remove::Removals,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -133,7 +133,7 @@ impl Shared {
             trace: s.trace_faults.then(Box::default),
             in_thread,
             page_waits: PageWaits::default(),
-            removals: Mutex::new(Vec::new()),
+            removals: crate::remove::Removals::default(),
         })
     }
 
@@ -143,7 +143,7 @@ impl Shared {
     }
 
     /// Pages remove events handed to the evictors.
-    pub fn removals(&self) -> &Mutex<crate::remove::Removals> {
+    pub fn removals(&self) -> &crate::remove::Removals {
         &self.removals
     }
 

@@ -6,8 +6,10 @@
 //! the `UMIO_*` variables, with UMap's `UMAP_*` names as aliases) and the
 //! `umio_config_set_*` calls made before. Defaults and checks are core's.
 //!
-//! Every setting is passed to the builder explicitly, so what the getters
-//! report is what is in force by construction.
+//! Every setting is passed to the builder explicitly; once the runtime
+//! runs, the getters read what it runs with off the runtime itself
+//! (`Settings::running`), since Rust's `Runtime::global` may have started
+//! it from the environment alone.
 
 use std::ffi::{CStr, CString};
 use std::sync::{Mutex, OnceLock};
@@ -33,6 +35,9 @@ const UMAP_MAX_FAULT_EVENTS: u64 = 256;
 pub(crate) enum Eviction {
     Builtin(PolicyKind),
     Custom(CEviction),
+    /// A Rust program's own (`Builder::eviction_policy`), in a runtime
+    /// that Rust's `Runtime::global` started, not this library.
+    Foreign,
 }
 
 impl PartialEq for Eviction {
@@ -40,6 +45,7 @@ impl PartialEq for Eviction {
         match (self, other) {
             (Eviction::Builtin(a), Eviction::Builtin(b)) => a == b,
             (Eviction::Custom(a), Eviction::Custom(b)) => a.same(b),
+            (Eviction::Foreign, Eviction::Foreign) => true,
             _ => false,
         }
     }
@@ -59,7 +65,7 @@ impl Eviction {
     pub(crate) fn c_name(&self) -> &'static CStr {
         match self {
             Eviction::Builtin(kind) => policy_c_name(*kind),
-            Eviction::Custom(_) => c"custom",
+            Eviction::Custom(_) | Eviction::Foreign => c"custom",
         }
     }
 }
@@ -175,6 +181,55 @@ impl Settings {
         match &self.eviction {
             Eviction::Builtin(kind) => builder.eviction(*kind),
             Eviction::Custom(policy) => builder.eviction_policy(Box::new(policy.clone())),
+            // Never resolved from the environment and the setters: only
+            // read off a running runtime (`Settings::running`).
+            Eviction::Foreign => builder,
+        }
+    }
+
+    /// What `rt`, the running process-wide runtime, runs with, whoever
+    /// started it: this library, from `started` (the environment and the
+    /// setters), or Rust's `Runtime::global`, from the environment alone
+    /// (then the setters were never applied). Read off the runtime, so a
+    /// getter reports what is in force, not what C would have asked for;
+    /// C's own policy, log level and monitor come from `started`, the
+    /// only place they are known.
+    fn running(rt: &Runtime, started: Option<&Settings>) -> Settings {
+        let c = rt.config();
+        let (read_ahead, stride) = match c.prefetch {
+            PrefetchKind::None => (0, false),
+            PrefetchKind::Sequential { max_window } => (max_window, false),
+            PrefetchKind::Stride { max_window } => (max_window, true),
+        };
+        let eviction = match (c.eviction, started) {
+            (Some(kind), _) => Eviction::Builtin(kind),
+            (None, Some(s)) => s.eviction.clone(),
+            (None, None) => Eviction::Foreign,
+        };
+        Settings {
+            page_size: c.page_size,
+            // The bounds in force now: they change at run time.
+            cache_bytes: rt.cache_bytes(),
+            cache_auto: c
+                .cache_auto
+                .map(|share| (share * 1000.0).round().max(1.0) as u16),
+            huge_cache_bytes: rt.huge_cache_bytes().unwrap_or(0),
+            fillers: c.fillers,
+            evictors: c.evictors,
+            high_water: c.watermarks.0,
+            low_water: c.watermarks.1,
+            eviction,
+            read_ahead,
+            stride,
+            filler_spin: c.filler_spin,
+            promote: c.promote,
+            max_fault_events: c.max_fault_events as u64,
+            log_level: started.and_then(|s| s.log_level),
+            uffd_mode: c.uffd_mode,
+            page_cache: c.page_cache,
+            remove_events: c.remove_events,
+            monitor_freq: started.map_or(0, |s| s.monitor_freq),
+            fault_service: c.fault_service,
         }
     }
 }
@@ -410,26 +465,14 @@ pub(crate) fn running() -> Option<Runtime> {
     ProcessRuntime::get().cloned()
 }
 
-/// The settings in force, or, before the first mapping, those a mapping
-/// made now would start the runtime with; and whether it runs.
+/// The settings the running runtime runs with, whoever started it (this
+/// library or Rust's `Runtime::global`), or, before it starts, those a
+/// mapping made now would start it with; and whether it runs.
 pub(crate) fn current() -> Result<(Settings, bool), Errno> {
     let o = overrides();
-    let (settings, running) = match ProcessRuntime::config::<Settings>() {
-        Some((rt, s)) => (s, Some(rt)),
-        // Before the first mapping, or started by another caller in this
-        // process (Rust's `Runtime::global`): the settings as resolved now.
-        None => (resolve(&ProcessEnv, &o)?, ProcessRuntime::get()),
-    };
-    Ok(match running {
-        // The bound in force now (it changes at run time).
-        Some(rt) => (
-            Settings {
-                cache_bytes: rt.cache_bytes(),
-                ..settings
-            },
-            true,
-        ),
-        None => (settings, false),
+    Ok(match ProcessRuntime::running::<Settings>() {
+        Some((rt, started)) => (Settings::running(rt, started.as_ref()), true),
+        None => (resolve(&ProcessEnv, &o)?, false),
     })
 }
 
@@ -697,5 +740,132 @@ mod tests {
         assert_eq!(auto.cache_auto, Some(250));
         let none = resolve(&vars(&[("UMIO_PREFETCH", "none")]), &Overrides::default()).unwrap();
         assert_eq!(none.read_ahead, 0);
+    }
+
+    /// Set in the child process of
+    /// `getters_report_the_runtime_that_runs_whoever_started_it`.
+    const CHILD: &str = "UMIO_FFI_TEST_GETTERS_CHILD";
+
+    /// Rust's `Runtime::global` starts the process-wide runtime from the
+    /// environment alone, without the C setters: from then on the C getters
+    /// report what that runtime runs with, not what C would have started
+    /// it with. Runs in a child process of its own: it starts the process's
+    /// one runtime, which the other tests must not find running.
+    #[test]
+    fn getters_report_the_runtime_that_runs_whoever_started_it() {
+        use std::process::Command;
+        if std::env::var_os(CHILD).is_some() {
+            getters_in_child();
+            return;
+        }
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "config::tests::getters_report_the_runtime_that_runs_whoever_started_it",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            // The fault service stays: the suite runs in both.
+            if (k.starts_with("UMIO_") || k.starts_with("UMAP_")) && k != "UMIO_FAULT_SERVICE" {
+                cmd.env_remove(&*k);
+            }
+        }
+        let out = cmd
+            .env(CHILD, "1")
+            .env("UMIO_PAGE_SIZE", "8K")
+            .env("UMIO_CACHE_BYTES", "4M")
+            .env("UMIO_FILLERS", "2")
+            .env("UMIO_EVICTORS", "2")
+            .env("UMIO_EVICT_HIGH_WATER", "95")
+            .env("UMIO_EVICT_LOW_WATER", "60")
+            .env("UMIO_EVICTION", "2q")
+            .env("UMIO_MAX_FAULT_EVENTS", "32")
+            .env("UMIO_READAHEAD", "128K")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn config_get() -> crate::native::umio_config {
+        let mut c = std::mem::MaybeUninit::<crate::native::umio_config>::uninit();
+        // SAFETY: a writable, aligned `umio_config`.
+        assert_eq!(unsafe { crate::native::umio_config_get(c.as_mut_ptr()) }, 0);
+        // SAFETY: written by the call, which returned 0.
+        unsafe { c.assume_init() }
+    }
+
+    fn getters_in_child() {
+        use crate::native::*;
+        use crate::umap::*;
+        // SAFETY: the exports take plain values or NUL-terminated strings.
+        unsafe {
+            assert_eq!(umio_config_set_page_size(16 << 10), 0);
+            assert_eq!(umio_config_set_cache_bytes(8 << 20), 0);
+            assert_eq!(umio_config_set_fillers(1), 0);
+            assert_eq!(umio_config_set_evictors(3), 0);
+            assert_eq!(umio_config_set_watermarks(80, 40), 0);
+            assert_eq!(umio_config_set_eviction(c"fifo".as_ptr()), 0);
+            assert_eq!(umio_config_set_max_fault_events(7), 0);
+            assert_eq!(umio_config_set_read_ahead(0), 0);
+        }
+        // Before the start: what C would start the runtime with.
+        let c = config_get();
+        assert_eq!(c.running, 0);
+        assert_eq!((c.page_size, c.cache_bytes), (16 << 10, 8 << 20));
+        assert_eq!((c.fillers, c.evictors), (1, 3));
+        assert_eq!((c.high_water, c.low_water), (80, 40));
+        assert_eq!(c.max_fault_events, 7);
+        assert_eq!(c.read_ahead, 0);
+        // SAFETY: a static string.
+        assert_eq!(unsafe { CStr::from_ptr(c.eviction) }, c"fifo");
+
+        // Rust starts it, from the environment only.
+        let rt = umio_core::Runtime::global().expect("the runtime starts (run as root)");
+        assert_eq!(rt.page_size(), 8 << 10);
+        let c = config_get();
+        assert_eq!(c.running, 1);
+        assert_eq!(c.page_size, 8 << 10);
+        assert_eq!(c.cache_bytes, 4 << 20);
+        assert_eq!((c.fillers, c.evictors), (2, 2));
+        assert_eq!((c.high_water, c.low_water), (95, 60));
+        assert_eq!(c.max_fault_events, 32);
+        assert_eq!(c.read_ahead, 128 << 10);
+        assert_eq!(c.huge_cache_bytes, 0);
+        // SAFETY: a static string.
+        assert_eq!(unsafe { CStr::from_ptr(c.eviction) }, c"2q");
+        // SAFETY: the getters take nothing.
+        unsafe {
+            assert_eq!(umapcfg_get_umap_page_size(), 8 << 10);
+            assert_eq!(umapcfg_get_max_pages_in_buffer(), 512);
+            assert_eq!(umapcfg_get_num_fillers(), 2);
+            assert_eq!(umapcfg_get_num_evictors(), 2);
+            assert_eq!(umapcfg_get_max_fault_events(), 32);
+            assert_eq!(umapcfg_get_read_ahead(), 16);
+            assert_eq!(umapcfg_get_evict_high_water_threshold(), 95);
+            assert_eq!(umapcfg_get_evict_low_water_threshold(), 60);
+        }
+        // The setters are refused (it runs); the bound changes it, and the
+        // getters follow.
+        // SAFETY: plain values.
+        unsafe {
+            assert_eq!(umio_config_set_fillers(1), -1);
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EBUSY)
+            );
+            assert_eq!(umio_set_cache_bytes(6 << 20), 0);
+        }
+        assert_eq!(config_get().cache_bytes, 6 << 20);
+        // A mapping through C asks for the policy that runs, or is refused.
+        let (settings, running) = current().unwrap();
+        assert!(running);
+        assert_eq!(settings.eviction, Eviction::Builtin(PolicyKind::TwoQ));
     }
 }

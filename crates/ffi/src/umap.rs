@@ -172,9 +172,9 @@ pub unsafe extern "C" fn umapcfg_get_system_page_size() -> c_long {
     })
 }
 
-/// Runs `f` on the settings in force (or, before the first mapping, those
-/// a mapping would start with); on a malformed `UMAP_*` variable returns 0
-/// with errno `EINVAL`.
+/// Runs `f` on the settings the running runtime runs with, whoever
+/// started it (or, before it starts, those a mapping would start it
+/// with); on a malformed `UMAP_*` variable returns 0 with errno `EINVAL`.
 fn setting<T: Default>(f: impl FnOnce(&config::Settings) -> T) -> T {
     ffi_boundary!(T::default(), { Ok(f(&config::current()?.0)) })
 }

@@ -222,6 +222,8 @@ pub(crate) struct Uffd {
     /// first by the next [`read_messages`](Uffd::read_messages).
     stash: Mutex<Vec<UffdMsg>>,
     stashed: AtomicBool,
+    /// [`EAGAIN_TIMEOUT`]; shorter in tests.
+    eagain_timeout: Duration,
 }
 
 thread_local! {
@@ -244,10 +246,100 @@ pub(crate) fn is_reader() -> bool {
     READER.with(|r| r.get())
 }
 
-/// How long an ioctl retries `EAGAIN` (a remove event not yet read) before
-/// it gives up: readers never block, so this is only reached if the
-/// threads that read the descriptor are gone.
+/// How long an ioctl waits out `EAGAIN` before it gives up: readers never
+/// block, so this is only reached if the threads that read the descriptor
+/// are gone (see [`EagainWait`]).
 const EAGAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long, and how many times at most, a thread that reads no events
+/// only yields between retries before it sleeps.
+const EAGAIN_YIELD_FOR: Duration = Duration::from_micros(200);
+const EAGAIN_YIELDS: u32 = 256;
+/// The first sleep between two retries (about the kernel's default timer
+/// slack: shorter sleeps last as long); it doubles up to
+/// [`EAGAIN_SLEEP_MAX`].
+const EAGAIN_SLEEP_MIN: Duration = Duration::from_micros(50);
+const EAGAIN_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// Waiting out `EAGAIN` from `UFFDIO_COPY`, `UFFDIO_WRITEPROTECT` and
+/// `UFFDIO_POISON`: one per ioctl call, told of each refusal.
+///
+/// The kernel refuses these ioctls with `EAGAIN` while the mm is changing
+/// (`ctx->mmap_changing`): with remove events on (the only event umio
+/// asks for), from the moment a `UFFD_EVENT_REMOVE` is queued until a
+/// reader has read it and its `madvise` caller, woken by the read, has run
+/// again (the caller lowers the count itself when it resumes). So:
+///
+/// - **A reader reads; it never waits for another.** The event its ioctl
+///   waits for may be one only it would read (the only filler, or every
+///   filler retrying at once): sleeping until another reader comes would
+///   deadlock, and sleeping at all starves the callers (events queue up
+///   unread meanwhile, each holding the count up: every retry right after
+///   a read then finds the callers just woken not yet run; measured with
+///   `tests/remove_events.rs`' evictions-with-`madvise` test, 5 s became
+///   25 s to minutes). A reader (a filler) reads the pending messages on
+///   every refusal, into the stash its next read returns first
+///   ([`Uffd::read_messages`]); after a read that took some it retries at
+///   once, else it yields: the callers it woke are runnable, usually on
+///   its own CPU (the kernel wakes them there), and yielding runs them.
+///   Its retries last as long as the callers take to run, and no longer:
+///   nothing else holds the refusal up.
+/// - **Everyone else backs off.** An evictor, a prefetch thread, an
+///   application thread or an in-thread handler only waits for the
+///   readers and the callers: it yields for [`EAGAIN_YIELD_FOR`] (at most
+///   [`EAGAIN_YIELDS`] times: the usual refusal, a caller's wake-up, ends
+///   within it), then sleeps, [`EAGAIN_SLEEP_MIN`] doubling to
+///   [`EAGAIN_SLEEP_MAX`], so that a long refusal costs about a
+///   thousand retries a second, not a CPU. Sleeping is safe in the
+///   in-thread service's signal handler (`nanosleep`).
+/// - **The bound is the readers, not the region.** Every caller is inside
+///   its region and holds the range's pages busy, which an unmap waits
+///   for, so the range outlives the call; and a range no longer mapped
+///   would not end the refusal (the kernel checks `mmap_changing` first).
+///   What ends it is a reader reading the event and its caller running,
+///   and readers run as long as any region does. Should none be left, the
+///   wait gives up after [`EAGAIN_TIMEOUT`] with `EAGAIN`, which the
+///   callers report as the ioctl's failure (a page left dirty, a fill
+///   failed).
+struct EagainWait {
+    retries: u32,
+    since: Option<Instant>,
+}
+
+impl EagainWait {
+    const fn new() -> EagainWait {
+        EagainWait {
+            retries: 0,
+            since: None,
+        }
+    }
+
+    /// The ioctl was refused with `EAGAIN`: reads the pending messages if
+    /// this thread is a reader, then waits a little. False once the caller
+    /// should give up.
+    fn wait(&mut self, uffd: &Uffd) -> bool {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() > uffd.eagain_timeout {
+            return false;
+        }
+        #[cfg(test)]
+        tests::EAGAIN_RETRIES.with(|n| n.set(n.get() + 1));
+        if is_reader() {
+            if !uffd.stash_pending() {
+                std::thread::yield_now();
+            }
+            return true;
+        }
+        self.retries += 1;
+        if self.retries <= EAGAIN_YIELDS && since.elapsed() < EAGAIN_YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            self.retries = self.retries.max(EAGAIN_YIELDS + 1);
+            let doublings = (self.retries - EAGAIN_YIELDS - 1).min(16);
+            std::thread::sleep((EAGAIN_SLEEP_MIN * (1 << doublings)).min(EAGAIN_SLEEP_MAX));
+        }
+        true
+    }
+}
 
 impl AsRawFd for Uffd {
     fn as_raw_fd(&self) -> RawFd {
@@ -312,26 +404,28 @@ impl Uffd {
             fd,
             stash: Mutex::new(Vec::new()),
             stashed: AtomicBool::new(false),
+            eagain_timeout: EAGAIN_TIMEOUT,
         }
     }
 
-    /// An ioctl was refused with `EAGAIN`: a remove or unmap event is
-    /// pending. A reader takes the pending messages off the descriptor
-    /// (so that the event's `madvise` caller goes on); anyone else yields
-    /// to the readers.
-    fn on_eagain(&self) {
-        if is_reader() {
-            let mut buf = [UffdMsg::default(); 16];
-            if let Ok(n) = self.read_raw(&mut buf)
-                && n > 0
-            {
-                let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
-                stash.extend_from_slice(&buf[..n]);
-                self.stashed.store(true, Ordering::Release);
-                return;
+    /// A reader's ioctl was refused with `EAGAIN`: takes the pending
+    /// messages off the descriptor, so that the event's `madvise` caller
+    /// goes on (see [`EagainWait`]). Whether there were any.
+    fn stash_pending(&self) -> bool {
+        let mut buf = [UffdMsg::default(); 16];
+        let mut any = false;
+        while let Ok(n) = self.read_raw(&mut buf)
+            && n > 0
+        {
+            any = true;
+            let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+            stash.extend_from_slice(&buf[..n]);
+            self.stashed.store(true, Ordering::Release);
+            if n < buf.len() {
+                break;
             }
         }
-        std::thread::yield_now();
+        any
     }
 
     /// Whether a reader stashed messages that no one has read yet.
@@ -413,8 +507,7 @@ impl Uffd {
         let mode =
             if wp { COPY_MODE_WP } else { 0 } | if dontwake { COPY_MODE_DONTWAKE } else { 0 };
         let mut done = 0usize;
-        let mut tries = 0;
-        let mut since: Option<Instant> = None;
+        let mut eagain = EagainWait::new();
         while done < len {
             let mut c = UffdioCopy {
                 dst: (dst + done) as u64,
@@ -434,14 +527,9 @@ impl Uffd {
             if c.copy > 0 {
                 done += c.copy as usize;
             }
-            if e != libc::EAGAIN
-                || (tries > 10_000
-                    && since.get_or_insert_with(Instant::now).elapsed() > EAGAIN_TIMEOUT)
-            {
+            if e != libc::EAGAIN || !eagain.wait(self) {
                 return Err(e);
             }
-            tries += 1;
-            self.on_eagain();
         }
         Ok(())
     }
@@ -467,6 +555,7 @@ impl Uffd {
                     0
                 },
         };
+        let mut eagain = EagainWait::new();
         loop {
             // SAFETY: w is a valid UffdioWriteprotect; it changes page
             // protection of a registered range only.
@@ -474,8 +563,10 @@ impl Uffd {
             if r == 0 {
                 return Ok(());
             }
+            // The whole range is refused or done: `EAGAIN` comes before
+            // any page is changed.
             match errno() {
-                libc::EAGAIN => self.on_eagain(),
+                libc::EAGAIN if eagain.wait(self) => {}
                 e => return Err(e),
             }
         }
@@ -492,7 +583,7 @@ impl Uffd {
             mode: 0,
             updated: 0,
         };
-        let begin = Instant::now();
+        let mut eagain = EagainWait::new();
         loop {
             // SAFETY: p is a valid UffdioPoison on a registered range.
             let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_POISON, &mut p) };
@@ -500,13 +591,12 @@ impl Uffd {
                 return Ok(());
             }
             match errno() {
-                libc::EAGAIN if begin.elapsed() < EAGAIN_TIMEOUT => {
+                libc::EAGAIN if eagain.wait(self) => {
                     if p.updated > 0 {
                         p.range.start += p.updated as u64;
                         p.range.len -= p.updated as u64;
                         p.updated = 0;
                     }
-                    self.on_eagain();
                 }
                 e => return Err(e),
             }
@@ -551,5 +641,155 @@ impl Uffd {
                 e => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::cell::Cell;
+    use std::sync::Arc;
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+
+    use super::*;
+    use crate::sys::mm;
+
+    thread_local! {
+        /// Retries after `EAGAIN` this thread made ([`EagainWait::wait`]).
+        pub(in crate::sys) static EAGAIN_RETRIES: Cell<u64> = const { Cell::new(0) };
+    }
+
+    const PAGE: usize = 4096;
+
+    /// A descriptor with remove events and write-protection, two resident
+    /// pages registered with it, and a thread in `madvise(MADV_DONTNEED)`
+    /// of the second page, waiting for its remove event to be read: until
+    /// then the mm is changing, and ioctls on the descriptor get `EAGAIN`.
+    struct Pending {
+        uffd: Arc<Uffd>,
+        base: usize,
+        madvise: Option<JoinHandle<Result<(), i32>>>,
+    }
+
+    impl Pending {
+        fn new(eagain_timeout: Duration) -> Pending {
+            let mut uffd = Uffd::open(false)
+                .or_else(|_| Uffd::open(true))
+                .expect("a userfaultfd (the tests need it: run as root)");
+            uffd.eagain_timeout = eagain_timeout;
+            uffd.api(feature::EVENT_REMOVE | feature::PAGEFAULT_FLAG_WP)
+                .expect("UFFDIO_API with remove events");
+            let base = mm::map_anonymous(2 * PAGE, PAGE, true).unwrap();
+            uffd.register(base, 2 * PAGE, true).unwrap();
+            uffd.copy(base, &[7u8; 2 * PAGE], false, false).unwrap();
+            let uffd = Arc::new(uffd);
+            let madvise = Some(std::thread::spawn(move || {
+                mm::advise(base + PAGE, PAGE, libc::MADV_DONTNEED)
+            }));
+            // Queued: the descriptor is readable (the message stays).
+            let mut fds = [libc::pollfd {
+                fd: uffd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            assert_eq!(crate::sys::poller::poll(&mut fds, 10_000), Ok(1));
+            Pending {
+                uffd,
+                base,
+                madvise,
+            }
+        }
+
+        /// Reads the remove event (from `read_messages`: the stash first)
+        /// and waits for the `madvise` to return.
+        fn finish(&mut self) {
+            let mut msgs = [UffdMsg::default(); 4];
+            let n = self.uffd.read_messages(&mut msgs).unwrap();
+            assert_eq!(n, 1, "one message: the remove event");
+            assert_eq!(
+                msgs[0].remove(),
+                Some((self.base + PAGE, self.base + 2 * PAGE))
+            );
+            let madvise = self.madvise.take().unwrap();
+            assert_eq!(madvise.join().unwrap(), Ok(()));
+        }
+    }
+
+    impl Drop for Pending {
+        fn drop(&mut self) {
+            let _ = self.uffd.unregister(self.base, 2 * PAGE);
+            let _ = mm::unmap(self.base, 2 * PAGE);
+        }
+    }
+
+    /// `UFFDIO_WRITEPROTECT` of the first page on a thread of its own:
+    /// the outcome, the retries after `EAGAIN` and how long it took.
+    fn writeprotect_on_a_thread(
+        p: &Pending,
+        reader: bool,
+    ) -> mpsc::Receiver<(Result<(), Errno>, u64, Duration)> {
+        let (tx, rx) = mpsc::channel();
+        let (uffd, base) = (p.uffd.clone(), p.base);
+        std::thread::spawn(move || {
+            if reader {
+                mark_reader();
+            }
+            let begin = Instant::now();
+            let r = uffd.writeprotect(base, PAGE, true, false);
+            let _ = tx.send((r, EAGAIN_RETRIES.with(Cell::get), begin.elapsed()));
+        });
+        rx
+    }
+
+    /// A thread that reads no events waits for a reader without spinning:
+    /// past a few yields it sleeps, so it retries at most about once a
+    /// millisecond, and succeeds once the event is read.
+    #[test]
+    fn eagain_is_waited_out_asleep() {
+        let mut p = Pending::new(EAGAIN_TIMEOUT);
+        let rx = writeprotect_on_a_thread(&p, false);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(rx.try_recv().is_err(), "refused while the mm changes");
+        p.finish();
+        let (r, retries, took) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(r, Ok(()));
+        assert!(retries > 0, "it was refused");
+        // The yields (256 at most), the sleeps growing to a millisecond
+        // (5), then one retry per millisecond: a spin retries many times
+        // more.
+        let most = 256 + 8 + took.as_millis() as u64;
+        assert!(
+            retries <= most,
+            "{retries} retries in {took:?}: a spin, not a sleep (at most {most})"
+        );
+    }
+
+    /// A reader waits for no one: it reads the event itself (into the
+    /// stash, which its next read returns), so the `madvise` goes on and
+    /// its own ioctl succeeds, with nobody else reading.
+    #[test]
+    fn a_reader_reads_the_event_it_waits_for() {
+        let mut p = Pending::new(EAGAIN_TIMEOUT);
+        let rx = writeprotect_on_a_thread(&p, true);
+        let (r, retries, _) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no deadlock");
+        assert_eq!(r, Ok(()));
+        assert!(retries > 0, "it was refused");
+        assert!(p.uffd.has_stashed());
+        p.finish();
+        assert!(!p.uffd.has_stashed());
+    }
+
+    /// With no reader left, the wait is bounded: the ioctl gives up with
+    /// `EAGAIN`.
+    #[test]
+    fn without_a_reader_the_wait_gives_up() {
+        let mut p = Pending::new(Duration::from_millis(300));
+        let rx = writeprotect_on_a_thread(&p, false);
+        let (r, _, took) = rx.recv_timeout(Duration::from_secs(10)).expect("bounded");
+        assert_eq!(r, Err(libc::EAGAIN));
+        assert!(took >= Duration::from_millis(300));
+        p.finish();
     }
 }

@@ -43,10 +43,13 @@ pub struct umio_config {
     pub huge_cache_bytes: u64,
 }
 
-/// Copies the runtime's configuration to `*out`: the settings in force,
-/// or before the first mapping those it would start with (defaults, the
-/// `UMAP_*` environment, and the setters called so far). Returns 0, or -1
-/// with errno `EINVAL` (`out` NULL or misaligned, or a malformed `UMAP_*`
+/// Copies the runtime's configuration to `*out`: once the runtime runs,
+/// what it runs with (read off the running runtime, whoever started it:
+/// in a program that also uses umio from Rust, `Runtime::global` may have
+/// started it from the environment alone, without the setters), or before
+/// it starts those a first mapping would start it with (defaults, the
+/// `UMAP_*`/`UMIO_*` environment, and the setters called so far). Returns
+/// 0, or -1 with errno `EINVAL` (`out` NULL or misaligned, or a malformed
 /// variable).
 ///
 /// # Safety
