@@ -321,3 +321,32 @@ fn own_evictions_and_the_programs_madvise_together_never_hang() {
     // Every byte still reads the file's.
     assert!(map.as_slice() == &data[..], "the mapping reads the file");
 }
+
+/// A reader may not drop pages itself with remove events on: where a
+/// miss's reservation does not fit below the high watermark (here the
+/// watermark is at the bound), the evictors free what the reader was
+/// short of, and a scan through a full cache goes on. (It used to refault
+/// in a loop: the evictors waited for the high watermark, which a full
+/// cache of whole pages never passed.)
+#[test]
+fn a_full_cache_below_the_high_watermark_is_evicted_for_a_reader() {
+    const PAGES: usize = 32;
+    let _w = Watchdog::new("a scan through a full cache", Duration::from_secs(60));
+    let rt = Runtime::builder()
+        .cache_bytes((PAGES * PAGE) as u64)
+        .page_size(PAGE)
+        .watermarks(100, 90)
+        .remove_events(true)
+        .build()
+        .unwrap();
+    let data = random_bytes(4 * PAGES * PAGE, 31);
+    let (_tmp, f) = rw_file_with(&data);
+    let map = rt
+        .map_file(&f, MapOptions::new().prefetch(umio::PrefetchKind::None))
+        .unwrap();
+    for p in 0..4 * PAGES {
+        assert_eq!(page_of(&map, p), page_of(&data, p), "page {p}");
+    }
+    let s = rt.stats();
+    assert!(s.evicted_pages >= (3 * PAGES) as u64, "{s}");
+}

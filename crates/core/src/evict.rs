@@ -86,15 +86,23 @@ impl Shared {
     /// would evict far below the low watermark.
     fn evict_to_low_water(&self, w: &mut Scratch, pool: &Pool, huge_pool: bool) {
         let (budget, policy) = (&pool.budget, &*pool.policy);
-        let wanted = pool.wanted.load(Relaxed);
-        if !budget.above_high() && wanted == 0 {
+        // What a reader that may not reclaim was short of (taken once).
+        let short = pool.short.swap(0, Relaxed);
+        if !budget.above_high() && short == 0 && pool.wanted.load(Relaxed) == 0 {
             return;
         }
-        let target = budget
-            .low_water()
-            .min(budget.limit().saturating_sub(wanted));
+        // Read again at every batch: once the waiting misses have their
+        // space, the round stops at the low watermark. Capped at a quarter
+        // of the bound (no reservation is larger), so that many waiters
+        // at once never empty the pool.
+        let target = || {
+            let wanted = (pool.wanted.load(Relaxed) + short).min(budget.limit() / 4);
+            budget
+                .low_water()
+                .min(budget.limit().saturating_sub(wanted))
+        };
         let page_size = self.largest_page(huge_pool);
-        while budget.used() > target && !self.is_shutting_down() {
+        while budget.used() > target() && !self.is_shutting_down() {
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
@@ -215,6 +223,23 @@ impl Shared {
                 }
             }
             let pooled = match &region.huge {
+                // A signal handler leaves pages of promoted (or promoting)
+                // 2 MiB ranges to the evictors: evicting one takes the
+                // whole range, dirty pages and all, and grows the lists
+                // (neither is allowed in a handler).
+                Some(h) if w.in_signal => {
+                    w.locked.retain(|&(p, s)| {
+                        if h.chunk_of(p).is_none_or(|c| h.is_normal(c)) {
+                            return true;
+                        }
+                        if region.pages.unlock(p, s) {
+                            self.wake(region.page_addr(p), region.page_size);
+                        }
+                        policy.restore(region.key(p));
+                        false
+                    });
+                    Vec::new()
+                }
                 Some(h) => self.widen_to_promoted(w, region, h),
                 None => Vec::new(),
             };

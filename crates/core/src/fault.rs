@@ -22,7 +22,7 @@ use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE};
 
 /// Longest wait of the in-thread service for a page another thread holds
 /// busy before it lets the access retry.
-const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
+pub(crate) const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
 
 impl Shared {
     /// Resolves one fault event.
@@ -155,15 +155,13 @@ impl Shared {
         served
     }
 
-    /// In the faulting thread, a fault on a region being unmapped (it
-    /// could not be entered): waits a moment for the unmap to unregister
-    /// the range, then lets the access retry (it then fails as an access
-    /// to unmapped memory does).
-    pub(crate) fn in_thread_fault_while_unmapping(&self) {
+    /// Counts, in the faulting thread, a fault on a region being unmapped
+    /// (it could not be entered); the handler then waits a moment for the
+    /// unmap to unregister the range and lets the access retry.
+    pub(crate) fn count_in_thread_fault_while_unmapping(&self) {
         self.counters().faults.fetch_add(1, Relaxed);
         self.counters().in_thread_faults.fetch_add(1, Relaxed);
         self.counters().stale.fetch_add(1, Relaxed);
-        std::thread::sleep(IN_THREAD_WAIT);
     }
 
     fn serve_page_in_thread(

@@ -387,7 +387,10 @@ impl Shared {
     ) -> bool {
         let mut deadline = None;
         let budget = self.budget_of(region);
-        let may_reclaim = may_reclaim && !self.reader_must_not_drop();
+        // A reader that must not drop pages (remove events on) leaves the
+        // space to the evictors: it tells them how much it was short of.
+        let must_not_drop = may_reclaim && self.reader_must_not_drop();
+        let may_reclaim = may_reclaim && !must_not_drop;
         // Once a try fails: the bytes this miss waits for, told to the
         // evictors until it returns.
         let mut wanting: Option<Wanted<'_>> = None;
@@ -405,6 +408,10 @@ impl Shared {
                 return true;
             }
             if !may_reclaim || self.is_shutting_down() || region.is_closing() {
+                if must_not_drop {
+                    self.pool_of(region).short.fetch_max(bytes, Relaxed);
+                    self.kick_evictors();
+                }
                 return false;
             }
             if wanting.is_none() {

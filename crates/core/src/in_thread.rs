@@ -448,8 +448,12 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         // while the region is entered (see below).
         let region = ManuallyDrop::new(unsafe { Arc::from_raw(Arc::as_ptr(&e.region)) });
         let Some(_entered) = region.enter() else {
+            // Counted while the read section keeps the runtime alive; then
+            // a moment for the unmap to unregister the range (the retry
+            // then fails as an access to unmapped memory does), outside it.
+            shared.count_in_thread_fault_while_unmapping();
             drop(g);
-            shared.in_thread_fault_while_unmapping();
+            std::thread::sleep(crate::fault::IN_THREAD_WAIT);
             return Verdict::Retry;
         };
         // The fault is served outside the read section. Serving may wait

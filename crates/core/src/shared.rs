@@ -85,6 +85,10 @@ pub(crate) struct Pool {
     /// space above it fails there, and a miss served in a signal handler
     /// cannot write dirty pages back itself).
     pub wanted: AtomicU64,
+    /// The largest reservation refused to a reader that may not reclaim
+    /// (remove events on): taken by the next eviction round, which frees
+    /// it too.
+    pub short: AtomicU64,
 }
 
 impl Shared {
@@ -109,6 +113,7 @@ impl Shared {
                 budget: FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
                 policy: s.policy,
                 wanted: AtomicU64::new(0),
+                short: AtomicU64::new(0),
             },
             huge: s.huge_cache_bytes.map(|bytes| {
                 let policy = s.huge_policy.build();
@@ -119,6 +124,7 @@ impl Shared {
                     budget: FrameBudget::new(bytes, s.high_water, s.low_water),
                     policy,
                     wanted: AtomicU64::new(0),
+                    short: AtomicU64::new(0),
                 }
             }),
             spin: SpinTuner::new(),

@@ -46,8 +46,8 @@ pub(crate) fn dio_align(file: &File) -> Option<(u32, u32)> {
 /// there, and `POSIX_FADV_DONTNEED` does nothing (the kernel ignores
 /// advice on a file system without a backing device).
 pub(crate) fn in_memory_fs(file: &File) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
     // SAFETY: statfs is plain old data; all zeros is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs on a descriptor we own writes only into `st`, which
@@ -55,8 +55,10 @@ pub(crate) fn in_memory_fs(file: &File) -> bool {
     if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let kind = i64::from(st.f_type as i64);
+    // The magic is 32 bits; `f_type` is wider on some targets (and signed
+    // on 32-bit ones): compared in its low 32 bits.
+    #[allow(clippy::unnecessary_cast)]
+    let kind = st.f_type as u32;
     kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
 }
 
