@@ -120,3 +120,61 @@ fn a_million_in_thread_faults_allocate_nothing() {
         "{counted} allocations by the faulting thread across {faults} in-thread faults"
     );
 }
+
+/// The same from a cold start (the store's first transfer is a miss in a
+/// handler) with 2 MiB ranges promoted as they are touched: first writes
+/// to promoted ranges, direct reclaim beside them, and the store's first
+/// read allocate nothing in the faulting thread.
+#[test]
+fn cold_in_thread_faults_beside_promoted_ranges_allocate_nothing() {
+    const MIB: usize = 1 << 20;
+    const LEN: usize = 32 * MIB;
+    let data = random_bytes(LEN, 12);
+    let (_tmp, f) = rw_file_with(&data);
+    let rt = Runtime::builder()
+        .cache_bytes((8 * MIB) as u64)
+        .page_size(4096)
+        .fault_service(FaultService::InThread)
+        .build()
+        .unwrap();
+    let mut map = rt
+        .map_file(
+            &f,
+            MapOptions::new()
+                .writable(true)
+                .prefetch(PrefetchKind::None)
+                .promote(umio::PromoteKind::Always),
+        )
+        .unwrap();
+    let base = map.as_mut_slice().as_mut_ptr();
+    let mut rng = Rng::new(5);
+    let mut model = data.clone();
+    COUNTING.with(|c| c.set(true));
+    let mut wrong = None;
+    for i in 0..20_000usize {
+        let at = rng.below(LEN);
+        // SAFETY: inside the writable mapping, which outlives the loop.
+        unsafe {
+            let b = base.add(at);
+            if i % 4 == 0 {
+                let v = std::ptr::read_volatile(b).wrapping_add(1);
+                std::ptr::write_volatile(b, v);
+                model[at] = v;
+            } else if std::ptr::read_volatile(b) != model[at] && wrong.is_none() {
+                wrong = Some(at);
+            }
+        }
+    }
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(wrong, None, "a byte read differs from the model");
+    let s = rt.stats();
+    let counted = COUNTED.load(Ordering::Relaxed);
+    assert!(s.promotions > 0, "nothing promoted: {s}");
+    assert!(s.evicted_pages > 0, "no eviction: {s}");
+    assert_eq!(
+        counted, 0,
+        "{counted} allocations by the faulting thread beside promoted ranges: {s}"
+    );
+    map.flush().unwrap();
+    assert!(map[..] == model[..], "bytes differ from the model");
+}

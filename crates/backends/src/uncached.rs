@@ -167,6 +167,11 @@ pub struct UncachedFileStore {
     /// caller is about to map at); `Some(None)` once io_uring was refused,
     /// after which the store drops behind.
     direct: Option<OnceLock<Option<UringStore>>>,
+    /// In [`CacheMode::Direct`]: an `O_DIRECT` descriptor of the file, open
+    /// from the start. A single aligned request (a miss's: it may be served
+    /// in a signal handler, which must not allocate or map anything) is a
+    /// plain `pread`/`pwrite` on it, whether or not the ring exists yet.
+    direct_file: Option<File>,
     /// Whether what goes through the page cache is dropped from it after
     /// (not in [`CacheMode::MemoryFs`]).
     drop_behind: bool,
@@ -211,21 +216,24 @@ impl UncachedFileStore {
     /// store drops behind instead.
     pub fn with_mode(file: &File, mode: CacheMode) -> std::io::Result<Self> {
         let buffered = FileStore::new(file)?;
-        let direct = match mode {
+        let (direct, direct_file) = match mode {
             CacheMode::Direct => {
-                // Is O_DIRECT accepted? (Opened and closed: no mapping.)
+                // O_DIRECT, with the buffered descriptor's access mode (a
+                // descriptor, no mapping: the ring waits for a batch).
                 use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
+                let f = std::fs::OpenOptions::new()
                     .read(true)
-                    .custom_flags(libc::O_DIRECT)
+                    .write(buffered.is_writable())
+                    .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
                     .open(format!("/proc/self/fd/{}", buffered.file().as_raw_fd()))?;
-                Some(OnceLock::new())
+                (Some(OnceLock::new()), Some(f))
             }
-            CacheMode::DropBehind | CacheMode::MemoryFs => None,
+            CacheMode::DropBehind | CacheMode::MemoryFs => (None, None),
         };
         Ok(UncachedFileStore {
             file: buffered,
             direct,
+            direct_file,
             drop_behind: mode != CacheMode::MemoryFs,
             align: MAX_DIO_ALIGN as usize,
             dirty: Mutex::new(None),
@@ -324,13 +332,52 @@ impl UncachedFileStore {
     /// Whether a request can go straight to the `O_DIRECT` descriptor
     /// (its aligned head at least): offset and buffer address aligned.
     fn direct_capable(&self, req: &mut IoRequest<'_>) -> bool {
+        self.direct().is_some() && self.aligned(req)
+    }
+
+    /// Whether a request's offset and buffer address are aligned for
+    /// `O_DIRECT`.
+    fn aligned(&self, req: &mut IoRequest<'_>) -> bool {
         let addr = match req.read_buf() {
             Some(b) => b.as_ptr() as usize,
             None => req.write_buf().map_or(1, |b| b.as_ptr() as usize),
         };
-        self.direct().is_some()
-            && req.offset().is_multiple_of(self.align as u64)
-            && addr.is_multiple_of(self.align)
+        req.offset().is_multiple_of(self.align as u64) && addr.is_multiple_of(self.align)
+    }
+
+    /// One aligned request on the `O_DIRECT` descriptor, in the calling
+    /// thread: no allocation, no ring (a signal handler's miss).
+    fn perform_direct_one(&self, f: &File, req: &mut IoRequest<'_>) {
+        use std::os::unix::fs::FileExt;
+        let offset = req.offset();
+        let r = if let Some(buf) = req.read_buf() {
+            let mut done = 0;
+            loop {
+                if done == buf.len() {
+                    break Ok(done);
+                }
+                match f.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break Ok(done),
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
+                    }
+                }
+            }
+            .inspect(|&n| {
+                self.counters.direct_read.fetch_add(n as u64, Relaxed);
+            })
+        } else {
+            let buf = req.write_buf().unwrap_or(&[]);
+            f.write_all_at(buf, offset)
+                .map(|()| buf.len())
+                .map_err(|e| StoreError::from_io(StoreOp::Write, offset, &e))
+                .inspect(|&n| {
+                    self.counters.direct_written.fetch_add(n as u64, Relaxed);
+                })
+        };
+        req.complete(r);
     }
 
     fn perform_buffered(&self, req: &mut IoRequest<'_>) {
@@ -507,6 +554,15 @@ impl Store for UncachedFileStore {
     }
 
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        if let [req] = batch
+            && let Some(f) = &self.direct_file
+            && req.result().is_none()
+            && self.aligned(req)
+            && req.len().is_multiple_of(self.align)
+        {
+            self.perform_direct_one(f, req);
+            return;
+        }
         match self.direct() {
             Some(d) => self.submit_direct(d, batch),
             None => {

@@ -104,7 +104,7 @@ impl Shared {
                     }
                     if region.pages.try_lock(page, s) {
                         self.progress().made(w.thread);
-                        self.make_writable(region, page, s);
+                        self.make_writable(w, region, page, s);
                         self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
                         return;
                     }
@@ -219,7 +219,7 @@ impl Shared {
                     }
                     if region.pages.try_lock(page, s) {
                         self.progress().made(w.thread);
-                        self.make_writable(region, page, s);
+                        self.make_writable(w, region, page, s);
                         self.prefetch_after(w, region, page, true, FaultKind::FirstWrite);
                         return true;
                     }
@@ -297,11 +297,11 @@ impl Shared {
 
     /// First write to a clean page (or a write-protected dirty one whose
     /// write-back failed): mark it dirty, then let the write through.
-    fn make_writable(&self, region: &Region, page: usize, was: PageState) {
+    fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) {
         if let Some(h) = &region.huge
             && let Some(c) = h.chunk_of(page)
             && h.is_promoted(c)
-            && self.make_range_writable(region, h, c, page, was)
+            && self.make_range_writable(&mut w.locked, region, h, c, page, was)
         {
             region.pages.mark_referenced(page);
             self.policy_of(region)

@@ -258,9 +258,11 @@ impl Shared {
     /// the whole range at once, keeping the huge page whole. The caller
     /// holds `page` busy in state `was`. Returns false (nothing done, the
     /// range demoted) if another page of the range is busy or gone: the
-    /// caller then dirties the page alone.
+    /// caller then dirties the page alone. `locked`: the caller's scratch
+    /// list (reserved in advance: this runs in signal handlers too).
     pub(crate) fn make_range_writable(
         &self,
+        locked: &mut Vec<(usize, PageState)>,
         region: &Region,
         h: &HugeState,
         chunk: usize,
@@ -268,7 +270,7 @@ impl Shared {
         was: PageState,
     ) -> bool {
         let pages = h.pages_of(chunk);
-        let mut locked: Vec<(usize, PageState)> = Vec::with_capacity(pages.len());
+        locked.clear();
         locked.push((page, was));
         for p in pages.clone().filter(|&p| p != page) {
             let ok = match region.pages.get(p) {
@@ -311,9 +313,10 @@ impl Shared {
         region.dirty.fetch_add(clean, Relaxed);
         self.counters().wp_faults.fetch_add(1, Relaxed);
         region.stats.hits.fetch_add(1, Relaxed);
-        for &(q, _) in &locked {
+        for &(q, _) in locked.iter() {
             let _ = region.pages.unlock(q, PageState::Dirty);
         }
+        locked.clear();
         // The writer and any waiter on the range.
         self.wake(addr, HUGE_PAGE_SIZE);
         true
