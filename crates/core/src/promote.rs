@@ -22,6 +22,8 @@ const MADV_COLLAPSE: i32 = 25;
 
 /// How long a promotion waits for a page another thread holds.
 const LOCK_WAIT: Duration = Duration::from_millis(200);
+/// Collapses tried again after `EAGAIN`.
+const COLLAPSE_RETRIES: usize = 3;
 /// How long a promoted range waits for room in the huge-page pool before
 /// it stays in its region's pool.
 const POOL_WAIT: Duration = Duration::from_millis(200);
@@ -178,7 +180,16 @@ impl Shared {
         }
         // 4. The collapse: the kernel copies the 512 small pages into one
         // huge page and maps it with one PMD.
-        let r = mm::advise(addr, HUGE_PAGE_SIZE, MADV_COLLAPSE);
+        // EAGAIN is a passing state (a page the kernel could not isolate
+        // or lock just now, a busy LRU): tried again a few times.
+        let mut r = mm::advise(addr, HUGE_PAGE_SIZE, MADV_COLLAPSE);
+        for _ in 0..COLLAPSE_RETRIES {
+            if r != Err(libc::EAGAIN) {
+                break;
+            }
+            std::thread::yield_now();
+            r = mm::advise(addr, HUGE_PAGE_SIZE, MADV_COLLAPSE);
+        }
         // 5. Marked promoted while every page is still locked, so nothing
         // can evict a page of it before it counts as promoted: whatever
         // takes a page out of a promoted range demotes it first.
