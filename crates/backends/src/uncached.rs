@@ -153,7 +153,9 @@ impl Drop for AlignedBlock {
 ///   (the page cache is the file; there is nothing to drop).
 ///
 /// Requests whose offset or buffer is not aligned take the drop-behind
-/// path in either mode. Durability is that of [`FileStore`]: a write is
+/// path in either mode, and so does the partial last block of a single
+/// read (a miss's, which may be served in a signal handler: no bounce
+/// block is allocated for it). Durability is that of [`FileStore`]: a write is
 /// durable after [`sync`](Store::sync) (`fdatasync`, which covers direct
 /// and buffered writes of the file alike). Built by
 /// [`UncachedFileStore::new`], which picks [`CacheMode::Direct`] where
@@ -345,37 +347,37 @@ impl UncachedFileStore {
         req.offset().is_multiple_of(self.align as u64) && addr.is_multiple_of(self.align)
     }
 
-    /// One aligned request on the `O_DIRECT` descriptor, in the calling
-    /// thread: no allocation, no ring (a signal handler's miss).
-    fn perform_direct_one(&self, f: &File, req: &mut IoRequest<'_>) {
+    /// One read at an aligned offset into an aligned buffer (a miss's: it
+    /// may be served in a signal handler, which must not allocate or map
+    /// anything): its whole blocks with one `O_DIRECT` `pread` on the
+    /// descriptor kept for it, a partial last block (the end of a file)
+    /// buffered and dropped from the page cache after. No ring, no bounce
+    /// block.
+    fn read_direct_one(&self, f: &File, req: &mut IoRequest<'_>) {
         use std::os::unix::fs::FileExt;
         let offset = req.offset();
-        let r = if let Some(buf) = req.read_buf() {
-            let mut done = 0;
-            loop {
-                if done == buf.len() {
-                    break Ok(done);
-                }
-                match f.read_at(&mut buf[done..], offset + done as u64) {
-                    Ok(0) => break Ok(done),
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
-                    }
+        let Some(buf) = req.read_buf() else { return };
+        let head = buf.len() / self.align * self.align;
+        let mut done = 0;
+        let r = loop {
+            if done == head {
+                break Ok(done);
+            }
+            match f.read_at(&mut buf[done..head], offset + done as u64) {
+                Ok(0) => break Ok(done),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
                 }
             }
-            .inspect(|&n| {
-                self.counters.direct_read.fetch_add(n as u64, Relaxed);
-            })
-        } else {
-            let buf = req.write_buf().unwrap_or(&[]);
-            f.write_all_at(buf, offset)
-                .map(|()| buf.len())
-                .map_err(|e| StoreError::from_io(StoreOp::Write, offset, &e))
-                .inspect(|&n| {
-                    self.counters.direct_written.fetch_add(n as u64, Relaxed);
-                })
+        };
+        self.counters.direct_read.fetch_add(done as u64, Relaxed);
+        let r = match r {
+            Ok(n) if n == head && head < buf.len() => self
+                .read_buffered(offset + head as u64, &mut buf[head..])
+                .map(|m| head + m),
+            r => r,
         };
         req.complete(r);
     }
@@ -557,10 +559,10 @@ impl Store for UncachedFileStore {
         if let [req] = batch
             && let Some(f) = &self.direct_file
             && req.result().is_none()
+            && !req.is_write()
             && self.aligned(req)
-            && req.len().is_multiple_of(self.align)
         {
-            self.perform_direct_one(f, req);
+            self.read_direct_one(f, req);
             return;
         }
         match self.direct() {
@@ -661,14 +663,18 @@ mod tests {
         assert_eq!(batch[1].result(), Some(Ok(2 * 4096 + 1000)));
         assert_eq!(&buf[..1000], &data[3 * 4096..]);
         assert_eq!(&buf[4096..4096 + 2 * 4096 + 1000], &data[4096..]);
-        // The read_at path (one request) too.
+        // The read_at path (one request, a miss's) too: its partial block
+        // is read buffered and dropped (no bounce block, which a signal
+        // handler could not allocate).
         let one = &mut buf[..1000];
         one.fill(0);
         assert_eq!(s.read_at(3 * 4096, one).unwrap(), 1000);
         assert_eq!(&one[..], &data[3 * 4096..]);
         let st = s.stats();
-        assert_eq!(st.buffered_read, 0, "{st:?}");
-        assert_eq!(st.direct_read, 2000 + 2 * 4096 + 1000, "{st:?}");
+        assert_eq!(st.buffered_read, 1000, "{st:?}");
+        assert_eq!(st.direct_read, 1000 + 2 * 4096 + 1000, "{st:?}");
+        let (cached, _) = cached_bytes(&f).unwrap();
+        assert_eq!(cached, 0, "the partial block left in the page cache");
         // Write-back of the last two pages, the last partial.
         let w = mem.bytes(4096 + 1000);
         w.fill(0xEE);
