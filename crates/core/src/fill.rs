@@ -386,7 +386,8 @@ impl Shared {
         region: &Region,
     ) -> bool {
         let mut deadline = None;
-        let budget = self.budget_of(region);
+        let pool = self.pool_of(region);
+        let budget = &pool.budget;
         // A reader that must not drop pages (remove events on) leaves the
         // space to the evictors: it tells them how much it was short of.
         let must_not_drop = may_reclaim && self.reader_must_not_drop();
@@ -409,13 +410,13 @@ impl Shared {
             }
             if !may_reclaim || self.is_shutting_down() || region.is_closing() {
                 if must_not_drop {
-                    self.pool_of(region).short.fetch_max(bytes, Relaxed);
+                    pool.short.fetch_max(bytes, Relaxed);
                     self.kick_evictors();
                 }
                 return false;
             }
             if wanting.is_none() {
-                wanting = Some(Wanted::new(&self.pool_of(region).wanted, bytes));
+                wanting = Some(Wanted::new(&pool.wanted, bytes));
             }
             self.kick_evictors();
             self.counters().direct_reclaims.fetch_add(1, Relaxed);
@@ -429,7 +430,7 @@ impl Shared {
             } else {
                 (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
-            if self.evict_batch(w, self.policy_of(region), pages) == 0 {
+            if self.evict_batch(w, &*pool.policy, pages) == 0 {
                 let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
                 if Instant::now() > d {
                     return false;

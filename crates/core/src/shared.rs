@@ -292,10 +292,7 @@ impl Shared {
     /// The bound of `region`'s pool.
     #[inline]
     pub fn budget_of(&self, region: &Region) -> &FrameBudget {
-        match &self.huge {
-            Some(h) if region.huge_pool => &h.budget,
-            _ => &self.pool.budget,
-        }
+        &self.pool_of(region).budget
     }
 
     /// `region`'s pool.
@@ -310,10 +307,7 @@ impl Shared {
     /// The eviction policy of `region`'s pool.
     #[inline]
     pub fn policy_of(&self, region: &Region) -> &dyn EvictionPolicy {
-        match &self.huge {
-            Some(h) if region.huge_pool => &*h.policy,
-            _ => &*self.pool.policy,
-        }
+        &*self.pool_of(region).policy
     }
 
     /// Wakes the evictors (one atomic load when a wake-up is pending).
