@@ -3,6 +3,21 @@ use std::os::unix::fs::FileExt;
 
 use crate::{Store, StoreError, StoreOp};
 
+/// `pread`s into `buf` from `offset` until it is full or the file ends
+/// (`EINTR` retried); the bytes read.
+pub(crate) fn read_full_at(file: &File, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e)),
+        }
+    }
+    Ok(done)
+}
+
 /// A file or block device accessed with `pread`, `pwrite` and `fdatasync`.
 ///
 /// The store owns its own duplicate of the descriptor, so the caller may
@@ -60,16 +75,7 @@ impl Store for FileStore {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e)),
-            }
-        }
-        Ok(done)
+        read_full_at(&self.file, offset, buf)
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {

@@ -354,25 +354,12 @@ impl UncachedFileStore {
     /// buffered and dropped from the page cache after. No ring, no bounce
     /// block.
     fn read_direct_one(&self, f: &File, req: &mut IoRequest<'_>) {
-        use std::os::unix::fs::FileExt;
         let offset = req.offset();
         let Some(buf) = req.read_buf() else { return };
         let head = buf.len() / self.align * self.align;
-        let mut done = 0;
-        let r = loop {
-            if done == head {
-                break Ok(done);
-            }
-            match f.read_at(&mut buf[done..head], offset + done as u64) {
-                Ok(0) => break Ok(done),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
-                }
-            }
-        };
-        self.counters.direct_read.fetch_add(done as u64, Relaxed);
+        let r = crate::file::read_full_at(f, offset, &mut buf[..head]).inspect(|&n| {
+            self.counters.direct_read.fetch_add(n as u64, Relaxed);
+        });
         let r = match r {
             Ok(n) if n == head && head < buf.len() => self
                 .read_buffered(offset + head as u64, &mut buf[head..])

@@ -584,21 +584,8 @@ impl UringStore {
             _ => &self.file,
         };
         let offset = req.offset();
-        let mut done = 0;
         let r = if let Some(buf) = req.read_buf() {
-            loop {
-                if done == buf.len() {
-                    break Ok(done);
-                }
-                match file.read_at(&mut buf[done..], offset + done as u64) {
-                    Ok(0) => break Ok(done),
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        break Err(StoreError::from_io(StoreOp::Read, offset + done as u64, &e));
-                    }
-                }
-            }
+            crate::file::read_full_at(file, offset, buf)
         } else {
             let buf = req.write_buf().unwrap_or(&[]);
             file.write_all_at(buf, offset)
