@@ -54,6 +54,19 @@ fn is_child() -> bool {
     std::env::var_os("UMIO_IN_THREAD_CHILD").is_some()
 }
 
+/// Whether test `name` runs here: in its child process, yes; in the
+/// parent, it runs the child (`run_child`), asserts that it succeeded, and
+/// no.
+fn in_child(name: &str) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if is_child() {
+        return true;
+    }
+    let st = run_child(name);
+    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+    false
+}
+
 #[test]
 fn reads_writes_and_eviction_are_served_in_the_faulting_thread() {
     let data = random_bytes(8 << 20, 1);
@@ -235,9 +248,7 @@ extern "C" fn read_in_handler(_: libc::c_int) {
 
 #[test]
 fn faults_from_an_application_signal_handler_and_with_signals_pending() {
-    if !is_child() {
-        let st = run_child("faults_from_an_application_signal_handler_and_with_signals_pending");
-        assert!(st.success(), "child: {st:?}");
+    if !in_child("faults_from_an_application_signal_handler_and_with_signals_pending") {
         return;
     }
     let data = random_bytes(1 << 20, 6);
@@ -368,9 +379,7 @@ extern "C" fn fix_foreign(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
 
 #[test]
 fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
-    if !is_child() {
-        let st = run_child("a_sigbus_that_is_not_umio_s_reaches_the_application");
-        assert!(st.success(), "child: {st:?}");
+    if !in_child("a_sigbus_that_is_not_umio_s_reaches_the_application") {
         return;
     }
     // SAFETY: a valid SA_SIGINFO action.
@@ -416,9 +425,7 @@ fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
 /// the parent's for the child's second half.)
 #[test]
 fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
-    if !is_child() {
-        let st = run_child("a_fork_child_serves_its_own_mapping_where_its_parent_had_one");
-        assert!(st.success(), "{st:?}");
+    if !in_child("a_fork_child_serves_its_own_mapping_where_its_parent_had_one") {
         return;
     }
     let parent = in_thread(1 << 20);
@@ -541,10 +548,7 @@ impl Store for GatedWrites {
 /// forced here with a store whose write-back waits until a reader is in.
 #[test]
 fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
-    use std::os::unix::process::ExitStatusExt;
-    if !is_child() {
-        let st = run_child("a_miss_waiting_for_the_space_an_unmap_frees_is_served");
-        assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+    if !in_child("a_miss_waiting_for_the_space_an_unmap_frees_is_served") {
         return;
     }
     const PAGES: usize = 16;
@@ -622,11 +626,7 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
 /// used to wait for 30 s and then die of SIGBUS.
 #[test]
 fn a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark() {
-    use std::os::unix::process::ExitStatusExt;
-    const NAME: &str = "a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark";
-    if !is_child() {
-        let st = run_child(NAME);
-        assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+    if !in_child("a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark") {
         return;
     }
     const PAGES: usize = 32;
