@@ -28,10 +28,12 @@
 //! [`version`] gives the version macros and `umio_version()`.
 //!
 //! The process has one runtime, started when the first region is mapped
-//! ([`config`]); mappings are found by address in [`registry`].
+//! ([`config`]); mappings are found by address in [`registry`], and
+//! written back at exit ([`exit`]).
 
 mod boundary;
 mod config;
+mod exit;
 mod extensible;
 mod logging;
 mod map;

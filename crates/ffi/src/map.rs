@@ -316,3 +316,51 @@ pub(crate) fn unmap(addr: *mut c_void, len: usize) -> Result<(), Errno> {
     log::debug!("umio: unmapped {len} bytes at {addr:p}");
     Ok(())
 }
+
+/// UMap's `uunmap`, which removes the region starting at `addr` whatever
+/// the length: `addr` the first byte of a mapping and `len` 0 or at least
+/// its length unmaps all of it that is still mapped; any other range is
+/// [`unmap`]'s.
+pub(crate) fn unmap_region_or_range(addr: *mut c_void, len: usize) -> Result<(), Errno> {
+    let mapping = registry::get(addr)?;
+    if addr.cast() != mapping.as_ptr() || (len != 0 && len < mapping.len()) {
+        return unmap(addr, len);
+    }
+    let mut first_error = Ok(());
+    for part in mapped_parts(&mapping) {
+        // SAFETY: as in `unmap`.
+        let result = unsafe { mapping.unmap_range_shared(part) };
+        first_error = first_error.and(result);
+    }
+    registry::forget_if_unmapped(&mapping);
+    first_error?;
+    log::debug!("umio: unmapped the region at {addr:p}");
+    Ok(())
+}
+
+/// The runs of whole pages of `mapping` still mapped, as byte ranges of
+/// the mapping (its first page starts at 0 however far into the page the
+/// mapping's offset puts its first byte).
+fn mapped_parts(mapping: &umio_core::Mapping) -> Vec<std::ops::Range<usize>> {
+    let len = mapping.len();
+    if mapping.mapped_bytes() == len {
+        return vec![0..len];
+    }
+    let ps = mapping.page_size();
+    // Bytes of the first page before the mapping's first byte.
+    let skew = mapping.offset() as usize % umio_core::MIN_PAGE_SIZE % ps;
+    let mut parts: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut page_start = 0;
+    while page_start < len {
+        let page_end = ((page_start + skew) / ps + 1) * ps - skew;
+        let page_end = page_end.min(len);
+        if mapping.is_mapped_at(page_start) {
+            match parts.last_mut() {
+                Some(last) if last.end == page_start => last.end = page_end,
+                _ => parts.push(page_start..page_end),
+            }
+        }
+        page_start = page_end;
+    }
+    parts
+}

@@ -4,6 +4,10 @@
 //! address and a sequence number: after a partial unmap the kernel may
 //! place a new mapping inside an older one's hole, so the entry containing
 //! an address is the newest one with the highest base below it.
+//!
+//! Each entry remembers the process that made it: a fork child inherits
+//! the table, but not the regions (see `umio.h`, "fork"), and must not
+//! write its parent's mappings back at exit (`exit.rs`).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -15,7 +19,13 @@ use crate::boundary::Errno;
 
 struct Registry {
     next_seq: u64,
-    live: BTreeMap<(usize, u64), Arc<Mapping>>,
+    live: BTreeMap<(usize, u64), Entry>,
+}
+
+struct Entry {
+    mapping: Arc<Mapping>,
+    /// The process that made it.
+    pid: u32,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
@@ -27,13 +37,19 @@ fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Keeps a new mapping; returns its address.
+/// Keeps a new mapping; returns its address. The first one arranges for
+/// the process's mappings to be written back at exit.
 pub(crate) fn insert(mapping: Mapping) -> usize {
+    crate::exit::write_back_at_exit();
     let base = mapping.as_ptr() as usize;
     let mut r = registry();
     let seq = r.next_seq;
     r.next_seq += 1;
-    r.live.insert((base, seq), Arc::new(mapping));
+    let entry = Entry {
+        mapping: Arc::new(mapping),
+        pid: std::process::id(),
+    };
+    r.live.insert((base, seq), entry);
     base
 }
 
@@ -45,7 +61,7 @@ pub(crate) fn find(addr: usize) -> Option<Arc<Mapping>> {
         .live
         .range(..=(addr, u64::MAX))
         .rev()
-        .map(|(_, m)| m)
+        .map(|(_, e)| &e.mapping)
         .filter(|m| addr - (m.as_ptr() as usize) < m.len());
     let first = containing.next()?;
     let base = |m: &Arc<Mapping>| m.as_ptr() as usize;
@@ -64,7 +80,7 @@ pub(crate) fn find(addr: usize) -> Option<Arc<Mapping>> {
 /// Forgets every mapping with nothing mapped any more (after a fixed
 /// mapping replaced all of it).
 pub(crate) fn forget_unmapped() {
-    registry().live.retain(|_, m| m.mapped_bytes() != 0);
+    registry().live.retain(|_, e| e.mapping.mapped_bytes() != 0);
 }
 
 /// The mapping including `addr`, or `EINVAL`.
@@ -74,13 +90,31 @@ pub(crate) fn get(addr: *const libc::c_void) -> Result<Arc<Mapping>, Errno> {
 
 /// Every live mapping, oldest first.
 pub(crate) fn all() -> Vec<Arc<Mapping>> {
-    registry().live.values().cloned().collect()
+    registry()
+        .live
+        .values()
+        .map(|e| e.mapping.clone())
+        .collect()
+}
+
+/// Every live mapping this process made (not a fork parent's), oldest
+/// first.
+pub(crate) fn of_this_process() -> Vec<Arc<Mapping>> {
+    let pid = std::process::id();
+    registry()
+        .live
+        .values()
+        .filter(|e| e.pid == pid)
+        .map(|e| e.mapping.clone())
+        .collect()
 }
 
 /// Forgets `mapping` once nothing of it is mapped any more.
 pub(crate) fn forget_if_unmapped(mapping: &Arc<Mapping>) {
     if mapping.mapped_bytes() == 0 {
-        registry().live.retain(|_, m| !Arc::ptr_eq(m, mapping));
+        registry()
+            .live
+            .retain(|_, e| !Arc::ptr_eq(&e.mapping, mapping));
     }
 }
 

@@ -1,8 +1,10 @@
 //! UMap's C API (`umap/umap.h`), source-compatible with LLNL UMap 2.x,
 //! without its bugs: the offset is honoured, errors are reported through
 //! the return value and a positive errno (nothing throws, aborts or
-//! prints), `uunmap` honours its length, and pages past the end of the
-//! file read as zeros.
+//! prints), `uunmap` of less than a whole region unmaps that part only,
+//! and pages past the end of the file read as zeros. As with UMap (and as
+//! with `mmap`'s `MAP_SHARED`), what was written reaches the file at the
+//! latest when the process exits normally.
 //!
 //! The header is written by hand (it keeps UMap's spelling of every
 //! declaration); `tests/headers.rs` checks it against these exports.
@@ -53,16 +55,18 @@ pub unsafe extern "C" fn umap(
     })
 }
 
-/// Writes back and unmaps `[addr, addr + length)` of a umap'ed region:
-/// `addr` on one of its page boundaries; `length` rounded up to whole
-/// pages. The rest of the region stays mapped.
+/// Writes back and unmaps a umap'ed region, as UMap does, when `addr` is
+/// its first byte and `length` is 0 or covers it; otherwise
+/// `[addr, addr + length)` of it: `addr` on one of its page boundaries,
+/// `length` rounded up to whole pages, the rest of the region staying
+/// mapped.
 ///
 /// # Safety
 /// Nothing may use the unmapped memory afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn uunmap(addr: *mut c_void, length: usize) -> c_int {
     ffi_boundary!(-1, {
-        map::unmap(addr, length)?;
+        map::unmap_region_or_range(addr, length)?;
         Ok(0)
     })
 }

@@ -340,3 +340,66 @@ fn quickstart_links_statically() {
     let src = repo_root().join("examples/c/quickstart.c");
     check(&src, Build::Static, &[], "file starts with \"hello\"");
 }
+
+/// The byte `tests/c/exit_writeback.c` writes at `off`.
+fn exit_writeback_byte(off: u64) -> u8 {
+    let x = off.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((x >> 56) as u8 ^ (off >> 12) as u8) ^ 0x5a
+}
+
+/// A C program writes 1 MiB through `umap` (or `umio_map`) and ends
+/// without unmapping it (`exit(0)`, a return from `main`, another thread
+/// still running, a write in its own `atexit` handler), or unmaps it with
+/// UMap's `uunmap(p, 0)` or a length past its end: every byte is in the
+/// file afterwards, as with `mmap`'s `MAP_SHARED`, in both fault services.
+#[test]
+fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
+    const LEN: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(&test_c("exit_writeback"), dir.path(), Build::Plain);
+    for service in ["fillers", "in-thread"] {
+        for mode in [
+            "exit",
+            "return",
+            "umio-exit",
+            "thread",
+            "atexit",
+            "uunmap0",
+            "uunmap-long",
+            "uunmap-holes",
+        ] {
+            let path = dir.path().join(format!("{service}-{mode}.bin"));
+            std::fs::write(&path, vec![0u8; LEN]).unwrap();
+            let mut cmd = Command::new(&exe);
+            for (k, _) in std::env::vars() {
+                if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
+                    cmd.env_remove(k);
+                }
+            }
+            // A cache of 4 MiB: nothing is evicted, so nothing is written
+            // back before the program ends unless it unmaps.
+            cmd.arg(&path)
+                .arg(mode)
+                .env("UMAP_BUFSIZE", "1024")
+                .env("UMIO_FAULT_SERVICE", service);
+            let out = output_within(cmd, &exe);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && stdout.contains(&format!("exit_writeback: {mode}")),
+                "{service} {mode}: {}\n{stdout}\n{stderr}",
+                out.status
+            );
+            assert!(stderr.is_empty(), "{service} {mode}: {stderr}");
+            let data = std::fs::read(&path).unwrap();
+            assert_eq!(data.len(), LEN);
+            let lost = (0..LEN)
+                .filter(|&i| data[i] != exit_writeback_byte(i as u64))
+                .count();
+            assert_eq!(
+                lost, 0,
+                "{service} {mode}: {lost} of {LEN} bytes did not reach the file"
+            );
+        }
+    }
+}
