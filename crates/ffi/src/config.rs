@@ -334,7 +334,42 @@ pub(crate) fn check_huge_cache_bytes(bytes: u64) -> Result<u64, Errno> {
     Ok(bytes)
 }
 
+/// A setting umio refuses: the errno the call that needed it fails with,
+/// and why, for the log.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub errno: Errno,
+    pub reason: String,
+}
+
+impl Refused {
+    fn einval(reason: impl Into<String>) -> Refused {
+        Refused {
+            errno: Errno(libc::EINVAL),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<umio_core::Error> for Refused {
+    fn from(e: umio_core::Error) -> Refused {
+        Refused {
+            reason: e.to_string(),
+            errno: Errno::from(e),
+        }
+    }
+}
+
+/// The smallest cache the runtime accepts, in pages.
+const MIN_CACHE_PAGES: u64 = 4;
+
 fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
+    resolve_why(env, o).map_err(|r| r.errno)
+}
+
+/// The settings the environment and the setters give, or the first one
+/// umio refuses and why.
+fn resolve_why<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Refused> {
     // The one reader of the environment, core's: `UMIO_*` names first,
     // UMap's `UMAP_*` as aliases in their units.
     let e = EnvConfig::read(|name| env.get(name))?;
@@ -354,9 +389,27 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
             None,
         ),
     };
+    let min_cache = MIN_CACHE_PAGES * page_size as u64;
+    if cache_auto.is_none() && cache_bytes < min_cache {
+        let given = match (o.cache_bytes, e.cache) {
+            (Some(b), _) => format!("umio_config_set_cache_bytes({b})"),
+            (None, Some(EnvCache::Pages(n))) => format!("UMAP_BUFSIZE={n}"),
+            (None, _) => format!("UMIO_CACHE_BYTES={cache_bytes}"),
+        };
+        return Err(Refused::einval(format!(
+            "{given} is below the minimum cache of {MIN_CACHE_PAGES} pages \
+             (UMAP_BUFSIZE={MIN_CACHE_PAGES}, {min_cache} bytes with pages of {page_size} bytes)"
+        )));
+    }
     let huge_cache_bytes = match o.huge_cache_bytes {
         Some(b) => b,
-        None => check_huge_cache_bytes(e.huge_cache_bytes.unwrap_or(0))?,
+        None => {
+            let bytes = e.huge_cache_bytes.unwrap_or(0);
+            if bytes != 0 {
+                Builder::check_huge_cache_bytes(bytes)?;
+            }
+            bytes
+        }
     };
     let fillers = o
         .fillers
@@ -392,10 +445,16 @@ fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
         },
     };
     let log_level = match var(env, "UMAP_LOG_LEVEL") {
-        Some(v) => Some(logging::parse_level(&v).ok_or(Errno(libc::EINVAL))?),
+        Some(v) => Some(logging::parse_level(&v).ok_or_else(|| {
+            Refused::einval(format!(
+                "UMAP_LOG_LEVEL={v} is none of ERROR, WARNING, INFO, DEBUG and OFF"
+            ))
+        })?),
         None => None,
     };
-    let monitor_freq = umap_number(env, "UMAP_MONITOR_FREQ")?.unwrap_or(0);
+    let monitor_freq = umap_number(env, "UMAP_MONITOR_FREQ")
+        .map_err(|_| Refused::einval("UMAP_MONITOR_FREQ is not a number of seconds"))?
+        .unwrap_or(0);
     Ok(Settings {
         fault_service: o.fault_service.or(e.fault_service).unwrap_or_default(),
         monitor_freq,
@@ -447,16 +506,39 @@ fn overrides() -> std::sync::MutexGuard<'static, Overrides> {
 /// settings it was tried with (`umio_core::ProcessRuntime`): the next call
 /// gets its error at once unless a variable or a setter changed them; a
 /// malformed variable is refused before any start, on every call.
+///
+/// A refused setting, or a start that fails, is logged at the error
+/// level, which prints unless `UMAP_LOG_LEVEL` asks for less: the program
+/// sees only `EINVAL` or the start's errno, and the reason is in a
+/// variable it may not know it set.
 pub(crate) fn runtime() -> Result<Runtime, Errno> {
     let o = overrides();
     if let Some(rt) = ProcessRuntime::get() {
         return Ok(rt.clone());
     }
-    let settings = resolve(&ProcessEnv, &o)?;
-    if let Some(level) = settings.log_level {
-        logging::start(level);
+    let settings = match resolve_why(&ProcessEnv, &o) {
+        Ok(s) => s,
+        Err(refused) => {
+            // The level asked for, if that much can be read.
+            let level = var(&ProcessEnv, "UMAP_LOG_LEVEL").and_then(|v| logging::parse_level(&v));
+            logging::start(level.unwrap_or(logging::DEFAULT_LEVEL));
+            log::error!("umio: mapping refused: {}", refused.reason);
+            return Err(refused.errno);
+        }
+    };
+    logging::start(settings.log_level.unwrap_or(logging::DEFAULT_LEVEL));
+    match ProcessRuntime::get_or_start(|| Ok(settings)) {
+        Ok(rt) => Ok(rt.clone()),
+        Err(e) => {
+            if !e.repeated {
+                log::error!(
+                    "umio: mapping refused: the runtime cannot start: {}",
+                    e.error
+                );
+            }
+            Err(e.into())
+        }
     }
-    Ok(ProcessRuntime::get_or_start(|| Ok(settings))?.clone())
 }
 
 /// The runtime if it runs (started by a first mapping), without starting

@@ -1,8 +1,10 @@
 //! `UMAP_LOG_LEVEL`: the only way libumio prints anything.
 //!
-//! Unset, nothing is printed. `ERROR`, `WARNING` (or `WARN`), `INFO` or
-//! `DEBUG` (any case), as in UMap, print umio's log records of that level
-//! and above to standard error, one line each.
+//! `ERROR`, `WARNING` (or `WARN`), `INFO` or `DEBUG` (any case), as in
+//! UMap, print umio's log records of that level and above to standard
+//! error, one line each; `OFF` prints nothing. Unset, the level is
+//! `ERROR`: what umio refuses or cannot do and a program would otherwise
+//! see only as an errno or a signal (a setting refused, and why).
 
 use std::io::Write;
 
@@ -45,6 +47,9 @@ pub(crate) fn parse_level(value: &str) -> Option<LevelFilter> {
         _ => return None,
     })
 }
+
+/// The level when `UMAP_LOG_LEVEL` is unset.
+pub(crate) const DEFAULT_LEVEL: LevelFilter = LevelFilter::Error;
 
 /// Starts printing records of `level` and above. Called when the runtime
 /// starts; later calls change only the level.

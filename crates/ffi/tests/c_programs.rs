@@ -1,5 +1,6 @@
-//! Builds the C programs of `tests/c/` and `examples/c/` against libumio
-//! with `-Wall -Wextra -Werror` and runs them: once plain, once under
+//! Builds the C programs of `tests/c/` and `examples/c/` (and the C++ ones
+//! of `tests/c/`, with g++, against UMap's C++ API) against libumio with
+//! `-Wall -Wextra -Werror` and runs them: once plain, once under
 //! AddressSanitizer and UndefinedBehaviorSanitizer. Each must exit 0 and
 //! print nothing on stderr (libumio prints nothing unless `UMAP_LOG_LEVEL`
 //! asks), and its report line is checked.
@@ -36,8 +37,14 @@ fn compile(source: &Path, dir: &Path, build: Build) -> PathBuf {
     let name = source.file_stem().unwrap().to_str().unwrap();
     let exe = dir.join(name);
     let lib = lib_dir();
-    let mut cc = Command::new("cc");
-    cc.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+    let cpp = source.extension().is_some_and(|e| e == "cpp");
+    let (compiler, std) = if cpp {
+        ("g++", "-std=c++11")
+    } else {
+        ("cc", "-std=gnu11")
+    };
+    let mut cc = Command::new(compiler);
+    cc.args([std, "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
         .arg("-I")
         .arg(include_dir())
         .arg("-I")
@@ -156,6 +163,47 @@ fn test_c(name: &str) -> PathBuf {
     repo_root().join("tests/c").join(format!("{name}.c"))
 }
 
+fn test_cpp(name: &str) -> PathBuf {
+    repo_root().join("tests/c").join(format!("{name}.cpp"))
+}
+
+/// UMap's C++ API: `Umap::umap_ex` with a `Umap::Store` of the program's
+/// own under a cache of a quarter of the region, a store error reported by
+/// `umap_flush`, and `Store::make_store`'s `StoreFile`.
+#[test]
+fn umap_store() {
+    let env = &[("UMAP_BUFSIZE", "64")];
+    check(&test_cpp("umap_store"), Build::Plain, env, "umap_store: ok");
+}
+
+#[test]
+fn umap_store_sanitized() {
+    let env = &[("UMAP_BUFSIZE", "64")];
+    check(
+        &test_cpp("umap_store"),
+        Build::Sanitized,
+        env,
+        "umap_store: ok",
+    );
+}
+
+/// UMap's `Umap::SparseStore` as its `umap-sparsestore` test uses it: made,
+/// written sparsely under a small cache, unmapped, opened again read-only
+/// and read back; only the files written exist.
+#[test]
+fn umap_sparsestore() {
+    let env = &[("UMAP_BUFSIZE", "512")];
+    let expect = "umap_sparsestore: ok";
+    check(&test_cpp("umap_sparsestore"), Build::Plain, env, expect);
+}
+
+#[test]
+fn umap_sparsestore_sanitized() {
+    let env = &[("UMAP_BUFSIZE", "512")];
+    let expect = "umap_sparsestore: ok";
+    check(&test_cpp("umap_sparsestore"), Build::Sanitized, env, expect);
+}
+
 const CONFIG_ENV: &[(&str, &str)] = &[
     ("UMAP_PAGESIZE", "16384"),
     ("UMAP_BUFSIZE", "64"),
@@ -206,7 +254,7 @@ c_tests! {
     store_punch_hole, store_punch_hole_sanitized: &[], "store_punch_hole:";
     c_policies, c_policies_sanitized: &[], "c_policies:";
     config_env, config_env_sanitized: CONFIG_ENV, "config_env:";
-    config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000")], "config_bad_env:";
+    config_bad_env, config_bad_env_sanitized: &[("UMAP_PAGESIZE", "1000"), ("UMAP_LOG_LEVEL", "OFF")], "config_bad_env:";
     config_zero_env, config_zero_env_sanitized: ZERO_ENV, "config_zero_env:";
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
     fixed_replace, fixed_replace_sanitized: &[], "fixed_replace:";
@@ -224,40 +272,70 @@ c_tests! {
     process_runtime, process_runtime_sanitized: &[], "process_runtime: ok";
 }
 
-/// Garbage in each variable the C library reads: the first mapping fails
-/// with `EINVAL` (no panic, nothing printed), and works once it is gone.
+/// Garbage in each variable the C library reads, or a value it refuses:
+/// the first mapping fails with `EINVAL` (no panic), says why on stderr at
+/// the default log level (each failed mapping, one line), and works once
+/// the variable is gone. `UMAP_BUFSIZE` below the minimum names the
+/// minimum.
 #[test]
 fn every_malformed_variable_fails_the_first_map_with_einval() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(&test_c("config_bad_env"), dir.path(), Build::Plain);
-    for (var, value) in [
-        ("UMAP_PAGESIZE", "-1"),
-        ("UMAP_PAGESIZE", "4096x"),
-        ("UMAP_PAGESIZE", "18446744073709551616"),
-        ("UMAP_BUFSIZE", "abc"),
-        ("UMAP_BUFSIZE", "18446744073709551615"),
-        ("UMAP_PAGE_FILLERS", "many"),
-        ("UMAP_PAGE_EVICTORS", "-1"),
-        ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "150"),
-        ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95"),
-        ("UMAP_MAX_FAULT_EVENTS", "4097"),
-        ("UMAP_READ_AHEAD", "x"),
-        ("UMAP_LOG_LEVEL", "chatty"),
-        ("UMIO_EVICTION", "arc"),
-        ("UMIO_UFFD_MODE", "sometimes"),
+    for (var, value, why) in [
+        ("UMAP_PAGESIZE", "-1", ""),
+        ("UMAP_PAGESIZE", "4096x", ""),
+        ("UMAP_PAGESIZE", "18446744073709551616", ""),
+        ("UMAP_BUFSIZE", "abc", ""),
+        ("UMAP_BUFSIZE", "18446744073709551615", ""),
+        (
+            "UMAP_BUFSIZE",
+            "2",
+            "UMAP_BUFSIZE=2 is below the minimum cache of 4 pages (UMAP_BUFSIZE=4, \
+             16384 bytes with pages of 4096 bytes)",
+        ),
+        ("UMAP_BUFSIZE", "3", "UMAP_BUFSIZE=3 is below the minimum"),
+        ("UMAP_PAGE_FILLERS", "many", ""),
+        ("UMAP_PAGE_EVICTORS", "-1", ""),
+        ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "150", ""),
+        ("UMAP_EVICT_LOW_WATER_THRESHOLD", "95", ""),
+        ("UMAP_MAX_FAULT_EVENTS", "4097", ""),
+        ("UMAP_READ_AHEAD", "x", ""),
+        ("UMAP_LOG_LEVEL", "chatty", "UMAP_LOG_LEVEL=chatty"),
+        ("UMIO_EVICTION", "arc", ""),
+        ("UMIO_UFFD_MODE", "sometimes", ""),
     ] {
         let out = run(&exe, dir.path(), &[(var, value), ("BAD_VAR", var)]);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.stderr.is_empty(),
-            "{var}={value} printed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stdout.contains(&format!("config_bad_env: {var}: EINVAL")),
             "{var}={value}: {stdout}"
         );
+        // umap's and umio_map's refusals.
+        let lines: Vec<_> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{var}={value}: {stderr}");
+        for line in lines {
+            assert!(
+                line.starts_with("[umio ERROR] umio: mapping refused: ") && line.contains(why),
+                "{var}={value}: {line:?} does not say {why:?}"
+            );
+        }
     }
+    // UMAP_LOG_LEVEL=OFF silences them.
+    let out = run(
+        &exe,
+        dir.path(),
+        &[
+            ("UMAP_BUFSIZE", "2"),
+            ("BAD_VAR", "UMAP_BUFSIZE"),
+            ("UMAP_LOG_LEVEL", "off"),
+        ],
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -54,8 +54,13 @@
 #define _UMAP_H_
 
 #ifdef __cplusplus
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include "store/Store.hpp"
 #else
 #include <stddef.h>
 #include <stdint.h>
@@ -64,6 +69,33 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#ifdef __cplusplus
+namespace Umap {
+/*
+ * Maps length bytes of store from offset, as umap maps a file, with the
+ * region's pages read and written by the store's read_from_store and
+ * write_to_store (see umap/store/Store.hpp); fd is then ignored. Without a
+ * store (nullptr), the same as umap(addr, length, prot, flags, fd,
+ * offset). The store stays the caller's, who deletes it once the region
+ * is unmapped. Returns the region's address, or UMAP_FAILED with errno.
+ * Defined below, over umio_map.
+ */
+inline void* umap_ex(
+    void*         addr
+  , std::size_t   length
+  , int           prot
+  , int           flags
+  , int           fd
+  , off_t         offset
+  , Umap::Store*  store
+);
+
+/* Declared by UMap's header too, and defined by neither library. */
+extern std::mutex m_mutex;
+extern int num_thread;
+} // namespace Umap
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,5 +184,120 @@ int      umapcfg_get_evict_high_water_threshold( void );
  * Return codes
  */
 #define UMAP_FAILED ((void *)-1)
+
+#ifdef __cplusplus
+#include "../umio.h"
+
+namespace Umap {
+namespace umio_detail {
+/* What umio's callbacks need of a Umap::Store mapped by umap_ex. */
+struct StoreShim {
+  Store* store;
+  std::uint64_t page;  /* the region's page size: the largest call */
+  std::uint64_t end;   /* offset + length: the store's size as umio sees it */
+};
+
+/* A Store's result as umio's: bytes, or a negative errno. */
+inline std::int64_t failed(void) { return -(errno > 0 ? errno : EIO); }
+
+inline std::int64_t store_read(void* user, std::uint64_t offset, void* buf, std::size_t len) {
+  StoreShim* s = static_cast<StoreShim*>(user);
+  char* p = static_cast<char*>(buf);
+  std::size_t done = 0;
+  while (done < len) {
+    std::uint64_t at = offset + done;
+    std::size_t n = (std::size_t)(s->page - at % s->page);
+    if (n > len - done) n = len - done;
+    ssize_t got;
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+    try {
+      got = s->store->read_from_store(p + done, n, (off_t)at);
+    } catch (...) {
+      return -EIO;
+    }
+#else
+    got = s->store->read_from_store(p + done, n, (off_t)at);
+#endif
+    if (got < 0) return failed();
+    if ((std::size_t)got < n) std::memset(p + done + got, 0, n - (std::size_t)got);
+    done += n;
+  }
+  return (std::int64_t)len;
+}
+
+/* As UMap takes them, a write's non-negative result is the whole call
+   done. */
+inline std::int64_t store_write(void* user, std::uint64_t offset, const void* buf, std::size_t len) {
+  StoreShim* s = static_cast<StoreShim*>(user);
+  /* Store's interface takes char*; stores do not write through it. */
+  char* p = static_cast<char*>(const_cast<void*>(buf));
+  std::size_t done = 0;
+  while (done < len) {
+    std::uint64_t at = offset + done;
+    std::size_t n = (std::size_t)(s->page - at % s->page);
+    if (n > len - done) n = len - done;
+    ssize_t put;
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+    try {
+      put = s->store->write_to_store(p + done, n, (off_t)at);
+    } catch (...) {
+      return -EIO;
+    }
+#else
+    put = s->store->write_to_store(p + done, n, (off_t)at);
+#endif
+    if (put < 0) return failed();
+    done += n;
+  }
+  return (std::int64_t)len;
+}
+
+inline std::int64_t store_size(void* user) {
+  return (std::int64_t)static_cast<StoreShim*>(user)->end;
+}
+
+inline void store_release(void* user) { delete static_cast<StoreShim*>(user); }
+} // namespace umio_detail
+
+inline void* umap_ex(
+    void*         addr
+  , std::size_t   length
+  , int           prot
+  , int           flags
+  , int           fd
+  , off_t         offset
+  , Umap::Store*  store
+) {
+  if (store == nullptr) return ::umap(addr, length, prot, flags, fd, offset);
+  if (length == 0 || offset < 0) {
+    errno = EINVAL;
+    return UMAP_FAILED;
+  }
+  std::uint64_t page = umapcfg_get_umap_page_size();
+  if (page == 0) return UMAP_FAILED; /* a malformed UMAP_* variable: errno says */
+  umio_detail::StoreShim* shim = new (std::nothrow) umio_detail::StoreShim;
+  if (shim == nullptr) {
+    errno = ENOMEM;
+    return UMAP_FAILED;
+  }
+  shim->store = store;
+  shim->page = page;
+  shim->end = (std::uint64_t)offset + length;
+  struct umio_store_ops ops;
+  std::memset(&ops, 0, sizeof ops);
+  ops.read = umio_detail::store_read;
+  ops.write = umio_detail::store_write;
+  ops.size = umio_detail::store_size;
+  ops.release = umio_detail::store_release;
+  ops.user = shim;
+  struct umio_map_options options;
+  std::memset(&options, 0, sizeof options);
+  options.size = sizeof options;
+  options.store = &ops;
+  /* umio releases the shim, on failure too. */
+  return umio_map(addr, length, prot, flags, -1, offset, &options);
+}
+} // namespace Umap
+#endif /* __cplusplus */
 
 #endif /* _UMAP_H_ */

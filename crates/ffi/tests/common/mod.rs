@@ -63,9 +63,11 @@ pub fn lib_dir() -> &'static Path {
     })
 }
 
-/// The names of the functions a header declares: comments and
-/// preprocessor lines removed, each statement up to `;`, the identifier
-/// before its first `(` (function pointers in structs, `(*name)`, skipped).
+/// The names of the C functions a header declares: comments, preprocessor
+/// lines and what only C++ sees (`#ifdef __cplusplus` up to its `#else` or
+/// `#endif`: `umap/umap.h`'s C++ API, header-only) removed, each
+/// statement up to `;`, the identifier before its first `(` (function
+/// pointers in structs, `(*name)`, skipped).
 #[allow(dead_code)] // not every test uses it
 pub fn declared_functions(header: &str) -> Vec<String> {
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
@@ -78,10 +80,24 @@ pub fn declared_functions(header: &str) -> Vec<String> {
         rest = &rest[rest.find("*/").map_or(rest.len(), |j| j + 2)..];
     }
     code.push_str(rest);
+    // One entry per open `#if`: whether its current branch is C++ only.
+    let mut cxx_only: Vec<bool> = Vec::new();
     let code: Vec<&str> = code
         .lines()
         .map(|l| l.split("//").next().unwrap())
-        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter(|l| {
+            let directive = l.trim_start();
+            if directive.starts_with("#if") {
+                cxx_only.push(directive.split_whitespace().eq(["#ifdef", "__cplusplus"]));
+            } else if directive.starts_with("#else") || directive.starts_with("#elif") {
+                if let Some(top) = cxx_only.last_mut() {
+                    *top = false;
+                }
+            } else if directive.starts_with("#endif") {
+                cxx_only.pop();
+            }
+            !directive.starts_with('#') && !cxx_only.contains(&true)
+        })
         .collect();
     let code = code.join(" ");
     let mut names = Vec::new();
