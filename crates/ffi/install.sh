@@ -1,9 +1,9 @@
 #!/bin/sh
-# Installs umio's C library, or uninstalls it:
+# Builds and installs umio's C library, or uninstalls it:
 #
-#   cargo build --release -p umio-ffi -p umio-preload
 #   sh crates/ffi/install.sh [PREFIX]                # default PREFIX: /usr/local
 #   pkg-config --cflags --libs umio                  # -I$PREFIX/include -L$PREFIX/lib -lumio
+#   pkg-config --static --cflags --libs umio         # for cc -static, or libumio.a alone
 #   sh crates/ffi/install.sh --uninstall [PREFIX]    # removes what install put there
 #
 # What it installs, under PREFIX:
@@ -13,9 +13,12 @@
 #   lib/libumio.so.A -> libumio.so.X.Y.Z,  lib/libumio.so -> libumio.so.A
 #   lib/libumio.a               without debug information
 #   lib/libumio_preload.so      the LD_PRELOAD shim, stripped
-#   lib/pkgconfig/umio.pc       Libs.private for static links (-lrados with
-#                               the rados feature)
-#   include/umio.h, include/umap/umap.h
+#   lib/pkgconfig/umio.pc       Libs.private for static links, fully static
+#                               ones included (-lgcc_eh, not -lgcc_s, which
+#                               has no archive; -lrados with the rados
+#                               feature)
+#   include/umio.h, include/umap/umap.h, include/umap/store/Store.hpp,
+#   include/umap/store/StoreFile.h, include/umap/store/SparseStore.h
 #   share/umio/installed        what was installed, for --uninstall
 #
 # The shared library is linked here from libumio.a with libumio.map as its
@@ -25,9 +28,13 @@
 # the first. Cargo's build stays the unversioned, SONAME-less library the
 # source tree's own programs link with (-L target/release -lumio).
 #
-# DESTDIR is honoured (staged installs: files go to $DESTDIR$PREFIX, umio.pc
-# names $PREFIX). UMIO_BUILD_DIR names the directory holding the built
-# libraries (default: target/release). CC and STRIP name the compiler
+# The libraries are built first: cargo build -p umio-ffi -p umio-preload
+# with the profile UMIO_PROFILE (default release), in CARGO_TARGET_DIR if it
+# is set (else target/), with cargo from CARGO (default: cargo).
+# UMIO_BUILD_DIR instead names a directory holding libraries built already
+# (libumio.a, libumio_preload.so; a build with the rados feature, say):
+# nothing is built then. DESTDIR is honoured (staged installs: files go to
+# $DESTDIR$PREFIX, umio.pc names $PREFIX). CC and STRIP name the compiler
 # driver and strip program (default: cc and strip). Needs a C compiler and
 # binutils (strip, nm).
 set -eu
@@ -76,7 +83,21 @@ if [ "$action" = uninstall ]; then
   exit 0
 fi
 
-built=${UMIO_BUILD_DIR:-$root/target/release}
+if [ -n "${UMIO_BUILD_DIR:-}" ]; then
+  built=$UMIO_BUILD_DIR
+else
+  profile=${UMIO_PROFILE:-release}
+  target=${CARGO_TARGET_DIR:-$root/target}
+  case "$target" in
+  /*) ;;
+  *) target=$root/$target ;; # cargo takes a relative one from the workspace
+  esac
+  case "$profile" in
+  dev) built=$target/debug ;;
+  *) built=$target/$profile ;;
+  esac
+  (cd "$root" && "${CARGO:-cargo}" build --profile "$profile" -p umio-ffi -p umio-preload)
+fi
 cc=${CC:-cc}
 strip=${STRIP:-strip}
 version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -n 1)
@@ -87,17 +108,23 @@ if [ -z "$version" ] || [ -z "$abi" ]; then
 fi
 for f in libumio.a libumio_preload.so; do
   if [ ! -f "$built/$f" ]; then
-    echo "install.sh: $built/$f not found; run: cargo build --release -p umio-ffi -p umio-preload" >&2
+    echo "install.sh: $built/$f not found (UMIO_BUILD_DIR names a directory without it)" >&2
     exit 1
   fi
 done
 
 # What rustc --print native-static-libs reports for libumio.a, and librados
-# when the library was built with the rados feature.
-libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
+# when the library was built with the rados feature. The shared library
+# links the unwinder shared (-lgcc_s), as every library of the process
+# does; a static link takes its archive (-lgcc_eh), since libgcc_s has
+# none and cc -static would fail.
+system_libs="-lutil -lrt -lpthread -lm -ldl -lc"
 if nm -u "$built/libumio.a" 2>/dev/null | grep -q ' rados_'; then
-  libs="-lrados $libs"
+  system_libs="-lrados $system_libs"
 fi
+so_libs="-lgcc_s $system_libs"
+libs="-lgcc_eh $system_libs"
+
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -108,7 +135,7 @@ soname=libumio.so.$abi
   -Wl,--version-script="$here/libumio.map" \
   -Wl,--no-undefined -Wl,--gc-sections -Wl,-z,relro -Wl,-z,now \
   -Wl,--whole-archive "$built/libumio.a" -Wl,--no-whole-archive \
-  $libs
+  $so_libs
 "$strip" --strip-unneeded "$work/$real"
 cp "$built/libumio.a" "$work/libumio.a"
 "$strip" --strip-debug "$work/libumio.a"
@@ -124,7 +151,7 @@ if [ -f "$top/$manifest" ]; then
   cat "$top/$manifest" >>"$work/installed"
 fi
 mkdir -p "$top"
-for d in lib lib/pkgconfig include include/umap share share/umio; do
+for d in lib lib/pkgconfig include include/umap include/umap/store share share/umio; do
   if [ ! -d "$top/$d" ]; then
     mkdir "$top/$d"
     echo "$d/" >>"$work/installed"
@@ -138,8 +165,12 @@ install -m 0755 "$work/libumio_preload.so" "$top/lib/libumio_preload.so"
 install -m 0644 "$work/umio.pc" "$top/lib/pkgconfig/umio.pc"
 install -m 0644 "$here/include/umio.h" "$top/include/umio.h"
 install -m 0644 "$here/include/umap/umap.h" "$top/include/umap/umap.h"
+for h in Store.hpp StoreFile.h SparseStore.h; do
+  install -m 0644 "$here/include/umap/store/$h" "$top/include/umap/store/$h"
+done
 for f in "lib/$real" "lib/$soname" lib/libumio.so lib/libumio.a lib/libumio_preload.so \
-  lib/pkgconfig/umio.pc include/umio.h include/umap/umap.h; do
+  lib/pkgconfig/umio.pc include/umio.h include/umap/umap.h include/umap/store/Store.hpp \
+  include/umap/store/StoreFile.h include/umap/store/SparseStore.h; do
   echo "$f" >>"$work/installed"
 done
 # Directories last, so that uninstall empties them before removing them.

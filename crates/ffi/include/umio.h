@@ -5,10 +5,17 @@
  *
  * Link with -lumio (pkg-config --cflags --libs umio). Functions returning
  * int return 0 on success and -1 with a positive errno on failure;
- * umio_map returns UMIO_FAILED with errno. Nothing is printed unless the
- * environment variable UMAP_LOG_LEVEL (ERROR, WARNING, INFO, DEBUG) or
- * UMAP_MONITOR_FREQ (seconds between statistics lines) asks.
- * A panic inside umio (a bug) is reported as errno ENOTRECOVERABLE.
+ * umio_map returns UMIO_FAILED with errno. umio prints its log records of
+ * the level UMAP_LOG_LEVEL names (ERROR, WARNING, INFO, DEBUG, OFF) on
+ * stderr; unset, ERROR: only what the errno cannot tell (a setting
+ * refused, and why). UMAP_MONITOR_FREQ (seconds between statistics
+ * lines) prints statistics. A panic inside umio (a bug) is reported as
+ * errno ENOTRECOVERABLE.
+ *
+ * Mappings still mapped when the process exits normally (exit, a return
+ * from main) are written back then, as a MAP_SHARED mapping's writes
+ * survive its process; what other threads write while it exits may be
+ * lost.
  *
  * The runtime starts when the first region is mapped (by umio_map or
  * umap), configured from defaults, then the UMAP_* environment variables

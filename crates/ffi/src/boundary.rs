@@ -34,8 +34,9 @@ pub(crate) fn run<T>(failed: T, body: impl FnOnce() -> Result<T, Errno>) -> T {
     }
 }
 
-/// A C library must not print: panics (bugs) are reported through errno
-/// and logged, and the log prints only if `UMAP_LOG_LEVEL` asks for it.
+/// A C library must not print on its own: panics (bugs) are reported
+/// through errno and logged, and the log prints at `UMAP_LOG_LEVEL`'s
+/// level (errors by default).
 /// The hook belongs to this library's own copy of std, so it does not
 /// change the panic output of a Rust program that loads libumio.
 fn quiet_panics() {

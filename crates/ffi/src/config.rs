@@ -363,6 +363,30 @@ impl From<umio_core::Error> for Refused {
 /// The smallest cache the runtime accepts, in pages.
 const MIN_CACHE_PAGES: u64 = 4;
 
+/// `settings` if their cache is at least [`MIN_CACHE_PAGES`], else why
+/// not, naming where the bound came from (the runtime would refuse to
+/// start with a message of its own that names neither). The getters
+/// report such settings; only a mapping is refused.
+fn check_cache_minimum(o: &Overrides, settings: Settings) -> Result<Settings, Refused> {
+    let page_size = settings.page_size;
+    let min_cache = MIN_CACHE_PAGES * page_size as u64;
+    if settings.cache_auto.is_some() || settings.cache_bytes >= min_cache {
+        return Ok(settings);
+    }
+    let bytes = settings.cache_bytes;
+    let given = match o.cache_bytes {
+        Some(b) => format!("umio_config_set_cache_bytes({b})"),
+        None => match EnvConfig::read(|name| ProcessEnv.get(name))?.cache {
+            Some(EnvCache::Pages(n)) => format!("UMAP_BUFSIZE={n}"),
+            _ => format!("UMIO_CACHE_BYTES={bytes}"),
+        },
+    };
+    Err(Refused::einval(format!(
+        "{given} is below the minimum cache of {MIN_CACHE_PAGES} pages \
+         (UMAP_BUFSIZE={MIN_CACHE_PAGES}, {min_cache} bytes with pages of {page_size} bytes)"
+    )))
+}
+
 fn resolve<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Errno> {
     resolve_why(env, o).map_err(|r| r.errno)
 }
@@ -389,18 +413,6 @@ fn resolve_why<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Refu
             None,
         ),
     };
-    let min_cache = MIN_CACHE_PAGES * page_size as u64;
-    if cache_auto.is_none() && cache_bytes < min_cache {
-        let given = match (o.cache_bytes, e.cache) {
-            (Some(b), _) => format!("umio_config_set_cache_bytes({b})"),
-            (None, Some(EnvCache::Pages(n))) => format!("UMAP_BUFSIZE={n}"),
-            (None, _) => format!("UMIO_CACHE_BYTES={cache_bytes}"),
-        };
-        return Err(Refused::einval(format!(
-            "{given} is below the minimum cache of {MIN_CACHE_PAGES} pages \
-             (UMAP_BUFSIZE={MIN_CACHE_PAGES}, {min_cache} bytes with pages of {page_size} bytes)"
-        )));
-    }
     let huge_cache_bytes = match o.huge_cache_bytes {
         Some(b) => b,
         None => {
@@ -516,7 +528,7 @@ pub(crate) fn runtime() -> Result<Runtime, Errno> {
     if let Some(rt) = ProcessRuntime::get() {
         return Ok(rt.clone());
     }
-    let settings = match resolve_why(&ProcessEnv, &o) {
+    let settings = match resolve_why(&ProcessEnv, &o).and_then(|s| check_cache_minimum(&o, s)) {
         Ok(s) => s,
         Err(refused) => {
             // The level asked for, if that much can be read.

@@ -8,7 +8,9 @@
 //! - `umap/umap.h`: LLNL UMap 2.x's API (`umap`, `uunmap`, `umap_flush`,
 //!   `umap_prefetch`, `umap_fetch_and_pin`, the `umapcfg_get_*` getters and
 //!   the `UMAP_*` environment), so that programs written for UMap build
-//!   unchanged with `-I crates/ffi/include -lumio`;
+//!   unchanged with `-I crates/ffi/include -lumio`; its C++ API
+//!   (`Umap::umap_ex`, `umap/store/*.h`) is header-only, over `umio_map`
+//!   with a store of callbacks;
 //! - `umio.h`: umio's own API, generated from [`native`] and [`store`] by
 //!   cbindgen: `umio_map` with options (page size, prefetch, a store
 //!   written in C), partial unmap, flush, prefetch, advice, pinning,
@@ -22,8 +24,8 @@
 //!
 //! This crate only translates: C arguments to umio-core calls, umio's
 //! errors to errno. Every export runs inside [`boundary::ffi_boundary!`],
-//! which catches panics and sets a positive errno; nothing is printed
-//! unless `UMAP_LOG_LEVEL` asks for it.
+//! which catches panics and sets a positive errno; the log prints at
+//! `UMAP_LOG_LEVEL`'s level, by default errors only ([`logging`]).
 //!
 //! [`version`] gives the version macros and `umio_version()`.
 //!

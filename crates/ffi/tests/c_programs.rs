@@ -2,8 +2,8 @@
 //! of `tests/c/`, with g++, against UMap's C++ API) against libumio with
 //! `-Wall -Wextra -Werror` and runs them: once plain, once under
 //! AddressSanitizer and UndefinedBehaviorSanitizer. Each must exit 0 and
-//! print nothing on stderr (libumio prints nothing unless `UMAP_LOG_LEVEL`
-//! asks), and its report line is checked.
+//! print nothing on stderr (libumio prints only errors unless
+//! `UMAP_LOG_LEVEL` asks for more), and its report line is checked.
 //!
 //! The programs use userfaultfd: run as root (or with
 //! `vm.unprivileged_userfaultfd=1`), as the rest of the workspace's tests.
@@ -258,7 +258,7 @@ c_tests! {
     config_zero_env, config_zero_env_sanitized: ZERO_ENV, "config_zero_env:";
     umap_compat, umap_compat_sanitized: &[], "umap_compat:";
     fixed_replace, fixed_replace_sanitized: &[], "fixed_replace:";
-    bad_inputs, bad_inputs_sanitized: &[], "bad_inputs:";
+    bad_inputs, bad_inputs_sanitized: &[("UMAP_LOG_LEVEL", "OFF")], "bad_inputs:";
     backends, backends_sanitized: &[], "backends:";
     huge, huge_sanitized: &[], "huge:";
     user_mode_only, user_mode_only_sanitized: &[("UMIO_UFFD_MODE", "full")], "user_mode_only:";
@@ -269,14 +269,12 @@ c_tests! {
     runtime_stats, runtime_stats_sanitized: &[], "runtime_stats: ok";
     advice, advice_sanitized: &[], "advice: ok";
     in_thread, in_thread_sanitized: &[], "in_thread: ok";
-    process_runtime, process_runtime_sanitized: &[], "process_runtime: ok";
+    process_runtime, process_runtime_sanitized: &[("UMAP_LOG_LEVEL", "OFF")], "process_runtime: ok";
 }
 
-/// Garbage in each variable the C library reads, or a value it refuses:
-/// the first mapping fails with `EINVAL` (no panic), says why on stderr at
-/// the default log level (each failed mapping, one line), and works once
-/// the variable is gone. `UMAP_BUFSIZE` below the minimum names the
-/// minimum.
+/// Garbage in each variable the C library reads: the first mapping fails
+/// with `EINVAL` (no panic), says why on stderr at the default log level
+/// (each failed mapping, one line), and works once the variable is gone.
 #[test]
 fn every_malformed_variable_fails_the_first_map_with_einval() {
     let dir = tempfile::tempdir().unwrap();
@@ -287,13 +285,6 @@ fn every_malformed_variable_fails_the_first_map_with_einval() {
         ("UMAP_PAGESIZE", "18446744073709551616", ""),
         ("UMAP_BUFSIZE", "abc", ""),
         ("UMAP_BUFSIZE", "18446744073709551615", ""),
-        (
-            "UMAP_BUFSIZE",
-            "2",
-            "UMAP_BUFSIZE=2 is below the minimum cache of 4 pages (UMAP_BUFSIZE=4, \
-             16384 bytes with pages of 4096 bytes)",
-        ),
-        ("UMAP_BUFSIZE", "3", "UMAP_BUFSIZE=3 is below the minimum"),
         ("UMAP_PAGE_FILLERS", "many", ""),
         ("UMAP_PAGE_EVICTORS", "-1", ""),
         ("UMAP_EVICT_HIGH_WATER_THRESHOLD", "150", ""),
@@ -325,11 +316,7 @@ fn every_malformed_variable_fails_the_first_map_with_einval() {
     let out = run(
         &exe,
         dir.path(),
-        &[
-            ("UMAP_BUFSIZE", "2"),
-            ("BAD_VAR", "UMAP_BUFSIZE"),
-            ("UMAP_LOG_LEVEL", "off"),
-        ],
+        &[("UMAP_PAGESIZE", "1000"), ("UMAP_LOG_LEVEL", "off")],
     );
     assert!(
         out.stderr.is_empty(),
@@ -338,9 +325,40 @@ fn every_malformed_variable_fails_the_first_map_with_einval() {
     );
 }
 
+/// `UMAP_BUFSIZE` below the smallest cache umio takes (4 pages): the
+/// mapping fails with `EINVAL` and says so on stderr at the default log
+/// level, naming the minimum; with the minimum it works.
+#[test]
+fn umap_bufsize_below_the_minimum_says_the_minimum() {
+    for (pages, page_size) in [("2", "4096"), ("3", "16384")] {
+        let out = check_stderr(
+            &test_c("config_small_cache"),
+            &[("UMAP_BUFSIZE", pages), ("UMAP_PAGESIZE", page_size)],
+            "config_small_cache: ok",
+        );
+        let min = 4 * page_size.parse::<u64>().unwrap();
+        let want = format!(
+            "[umio ERROR] umio: mapping refused: UMAP_BUFSIZE={pages} is below the minimum \
+             cache of 4 pages (UMAP_BUFSIZE=4, {min} bytes with pages of {page_size} bytes)\n"
+        );
+        assert_eq!(out, want.repeat(2), "UMAP_BUFSIZE={pages}");
+    }
+}
+
+/// Builds and runs `source` as [`check`] does; returns its stderr.
+fn check_stderr(source: &Path, env: &[(&str, &str)], expect: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(source, dir.path(), Build::Plain);
+    let out = run(&exe, dir.path(), env);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(expect), "{}: {stdout}", source.display());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn bad_inputs_cover_at_least_20_cases() {
-    let out = check(&test_c("bad_inputs"), Build::Plain, &[], "bad_inputs:");
+    let quiet = &[("UMAP_LOG_LEVEL", "OFF")];
+    let out = check(&test_c("bad_inputs"), Build::Plain, quiet, "bad_inputs:");
     let ok = out.lines().filter(|l| l.contains(" ok (errno ")).count();
     assert!(ok >= 20, "only {ok} bad inputs checked:\n{out}");
     assert!(out.contains(", 0 failed"), "{out}");

@@ -170,6 +170,10 @@ fn expected_tree() -> BTreeSet<String> {
         "include/",
         "include/umap/",
         "include/umap/umap.h",
+        "include/umap/store/",
+        "include/umap/store/SparseStore.h",
+        "include/umap/store/Store.hpp",
+        "include/umap/store/StoreFile.h",
         "include/umio.h",
         "lib/",
         "lib/libumio.a",
@@ -242,8 +246,9 @@ fn install_lays_out_versioned_stripped_files_and_symlinks() {
     );
     assert!(pc.contains(&format!("prefix={}\n", p.display())), "{pc}");
     // rustc --print native-static-libs for libumio.a (and librados with
-    // the rados feature).
-    let private = "-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc";
+    // the rados feature), with the unwinder's archive for libgcc_s, which
+    // has none.
+    let private = "-lgcc_eh -lutil -lrt -lpthread -lm -ldl -lc";
     let private = if cfg!(feature = "rados") {
         format!("-lrados {private}")
     } else {
@@ -470,6 +475,67 @@ fn a_program_built_with_pkg_config_runs_against_the_installed_library() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `cc -static` with `pkg-config --static` and nothing else: a program
+/// with no dynamic section, which runs (`-lgcc_s` in `Libs.private` has no
+/// archive to link).
+#[test]
+fn a_fully_static_program_links_with_pkg_config_static() {
+    if !tools_present() {
+        return;
+    }
+    let prefix = tempfile::tempdir().unwrap();
+    let p = prefix.path();
+    install(p);
+    let mut flags = vec!["-static".to_string()];
+    flags.extend(
+        pkg_config(p, &["--static", "--cflags", "--libs"])
+            .split_whitespace()
+            .map(String::from),
+    );
+    let work = tempfile::tempdir().unwrap();
+    let exe = work.path().join("packaged_fully_static");
+    compile(work.path(), &exe, &flags);
+    let dynamic = readelf(&["-d"], &exe);
+    assert!(dynamic.contains("no dynamic section"), "{dynamic}");
+    let out = run(&exe, &work.path().join("data"), &[]);
+    assert!(out.starts_with("packaged: umio "), "{out}");
+}
+
+/// Without `UMIO_BUILD_DIR`, install.sh builds what it installs, with
+/// cargo, in `CARGO_TARGET_DIR` (here this test run's own, and profile,
+/// where the libraries are up to date).
+#[test]
+fn install_builds_the_libraries_in_cargo_target_dir() {
+    if !tools_present() {
+        return;
+    }
+    let built = build_dir();
+    let profile = match built.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => panic!("no profile directory at {}", built.display()),
+    };
+    let prefix = tempfile::tempdir().unwrap();
+    let p = prefix.path();
+    let out = Command::new("sh")
+        .arg(crate_dir().join("install.sh"))
+        .arg(p)
+        .env_remove("UMIO_BUILD_DIR")
+        .env_remove("DESTDIR")
+        .env("CARGO_TARGET_DIR", built.parent().unwrap())
+        .env("UMIO_PROFILE", profile)
+        .env("CARGO", env!("CARGO"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install.sh failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(tree(p), expected_tree());
 }
 
 #[test]

@@ -7,20 +7,32 @@
  * crates/ffi/tests/headers.rs checks it against libumio's exports.
  * umio's own, fuller API is in <umio.h>; the two may be used together.
  *
+ * C++ programs get UMap's C++ API too, header-only over the C API:
+ * Umap::umap_ex (below) with a Umap::Store (umap/store/Store.hpp),
+ * Umap::StoreFile (umap/store/StoreFile.h) and Umap::SparseStore
+ * (umap/store/SparseStore.h).
+ *
  * Where umio differs from UMap, it is on purpose:
  * - The offset is honoured; the length need not be a multiple of the
  *   page size; bytes past the end of the file read as zeros (a PROT_WRITE
  *   mapping reaching past the end extends the file when it is mapped).
  * - Errors return UMAP_FAILED or -1 with a positive errno (EINVAL, EBADF,
- *   EACCES, ENODEV, EEXIST, ENOMEM, ...): nothing throws, aborts or prints.
- *   Nothing is printed at all unless UMAP_LOG_LEVEL asks for it.
+ *   EACCES, ENODEV, EEXIST, ENOMEM, ...): nothing throws or aborts. What
+ *   the errno cannot tell (a setting refused, and why) is printed on
+ *   stderr, as UMAP_LOG_LEVEL's default, ERROR, has it; UMAP_LOG_LEVEL=OFF
+ *   prints nothing.
  * - UMAP_PRIVATE and MAP_SHARED behave alike: writes reach the file when
  *   their page is evicted at the latest, and are durable when umap_flush()
- *   or uunmap() returns.
- * - uunmap honours its length: it writes back and unmaps exactly the pages
- *   of [addr, addr + length) (addr on a page boundary of the region, length
- *   rounded up to whole pages); the rest stays mapped. A range umap never
- *   mapped, or already unmapped, fails with EINVAL.
+ *   or uunmap() returns, or the process exits normally (exit, a return
+ *   from main: every region still mapped is written back then, as a
+ *   MAP_SHARED mapping's writes survive its process; what other threads
+ *   write while the process exits may be lost).
+ * - uunmap(addr, length) with addr the start of a region and length 0 or
+ *   at least the region's length writes back and unmaps the whole region,
+ *   as UMap's does. A shorter length writes back and unmaps exactly the
+ *   pages of [addr, addr + length) (addr on a page boundary of the region,
+ *   length rounded up to whole pages); the rest stays mapped. A range umap
+ *   never mapped, or already unmapped, fails with EINVAL.
  * - umap_fetch_and_pin pins: pinned pages are not evicted, and their
  *   writes are written back like any page's.
  *
@@ -31,9 +43,9 @@
  * numbers below set to 0, except UMAP_READ_AHEAD, whose 0 means none:
  *   UMAP_PAGESIZE                   page size in bytes, a multiple of 4096
  *                                   (default 4096, as UMap's)
- *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE
- *                                   (default: a quarter of physical memory,
- *                                   64 MiB to 4 GiB)
+ *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE,
+ *                                   at least 4 (default: a quarter of
+ *                                   physical memory, 64 MiB to 4 GiB)
  *   UMAP_PAGE_FILLERS               fault-serving threads (default: CPUs, 1-4)
  *   UMAP_PAGE_EVICTORS              eviction threads (default 1)
  *   UMAP_EVICT_HIGH_WATER_THRESHOLD percent full to start evicting (90)
@@ -42,8 +54,9 @@
  *                                   default 2 MiB worth)
  *   UMAP_MAX_FAULT_EVENTS           fault events a filler reads at once
  *                                   (default 256, 1 to 4096)
- *   UMAP_LOG_LEVEL                  ERROR, WARNING, INFO or DEBUG: print
- *                                   umio's log records to stderr
+ *   UMAP_LOG_LEVEL                  ERROR (default), WARNING, INFO, DEBUG
+ *                                   or OFF: umio's log records printed
+ *                                   on stderr
  *   UMAP_MONITOR_FREQ               seconds between two lines of runtime
  *                                   statistics printed on stderr by a
  *                                   monitor thread (default 0: none)
@@ -123,7 +136,8 @@ void* umap(
 );
 
 /*
- * Writes back and unmaps [addr, addr + length) of a region (see above).
+ * Writes back and unmaps the region starting at addr (length 0 or at
+ * least its length), or [addr, addr + length) of a region (see above).
  * Returns 0, or -1 with errno: EINVAL for a range umio does not map, or
  * the write-back's errno (the range is unmapped anyway).
  */
