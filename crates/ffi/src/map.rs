@@ -343,13 +343,14 @@ pub(crate) fn unmap_region_or_range(addr: *mut c_void, len: usize) -> Result<(),
 /// mapping's offset puts its first byte).
 fn mapped_parts(mapping: &umio_core::Mapping) -> Vec<std::ops::Range<usize>> {
     let len = mapping.len();
+    let mut parts: Vec<std::ops::Range<usize>> = Vec::new();
     if mapping.mapped_bytes() == len {
-        return vec![0..len];
+        parts.push(0..len);
+        return parts;
     }
     let ps = mapping.page_size();
     // Bytes of the first page before the mapping's first byte.
-    let skew = mapping.offset() as usize % umio_core::MIN_PAGE_SIZE % ps;
-    let mut parts: Vec<std::ops::Range<usize>> = Vec::new();
+    let skew = mapping.offset() as usize % umio_core::MIN_PAGE_SIZE;
     let mut page_start = 0;
     while page_start < len {
         let page_end = ((page_start + skew) / ps + 1) * ps - skew;
