@@ -8,6 +8,9 @@
                    the other still runs, reading its half in a loop
      atexit        a handler the program registers after umap writes the
                    last page at exit
+     fork          a fork child exits (0) first: it has none of its
+                   parent's regions and writes nothing back; then the
+                   parent exits
      uunmap0       uunmap(p, 0): the whole region, written back (checked
                    here, before exit)
      uunmap-long   uunmap(p, length + 12345): the same
@@ -16,6 +19,7 @@
    The cache is larger than the file (UMAP_BUFSIZE), so that no eviction
    writes anything back before the end. */
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stdatomic.h>
 #include <umap/umap.h>
 #include <umio.h>
@@ -82,6 +86,16 @@ int main(int argc, char **argv) {
     CHECK(pthread_create(&t, NULL, other_half, NULL) == 0);
     write_range(0, LEN / 2);
     while (!atomic_load(&other_wrote)) usleep(1000);
+    exit(0);
+  }
+  if (strcmp(mode, "fork") == 0) {
+    write_range(0, LEN);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) exit(0);
+    int status;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     exit(0);
   }
   if (strcmp(mode, "atexit") == 0) {

@@ -21,11 +21,18 @@
 //! of its own.
 
 use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::registry;
 
+/// The process that made the latest mapping: a fork child that made none
+/// has nothing to write back, and does not take the table's lock, which
+/// its parent may have held as it forked.
+static MAPPER: AtomicU32 = AtomicU32::new(0);
+
 /// Registers the handler, once per process (a fork child inherits it).
 pub(crate) fn write_back_at_exit() {
+    MAPPER.store(std::process::id(), Ordering::Relaxed);
     static REGISTERED: Once = Once::new();
     REGISTERED.call_once(|| {
         // SAFETY: `at_exit` is a plain `extern "C" fn()` that lives as long
@@ -40,6 +47,9 @@ pub(crate) fn write_back_at_exit() {
 extern "C" fn at_exit() {
     // Nothing may unwind into `exit`; a panic is logged by the hook.
     let _ = std::panic::catch_unwind(|| {
+        if MAPPER.load(Ordering::Relaxed) != std::process::id() {
+            return;
+        }
         if let Some(name) = umio_thread_name() {
             // A C store's or policy's callback called exit: the thread may
             // hold a page the write-back would wait for, for ever.

@@ -1,10 +1,10 @@
 //! UMap's C API (`umap/umap.h`), source-compatible with LLNL UMap 2.x,
 //! without its bugs: the offset is honoured, errors are reported through
-//! the return value and a positive errno (nothing throws, aborts or
-//! prints), `uunmap` of less than a whole region unmaps that part only,
-//! and pages past the end of the file read as zeros. As with UMap (and as
-//! with `mmap`'s `MAP_SHARED`), what was written reaches the file at the
-//! latest when the process exits normally.
+//! the return value and a positive errno (nothing throws or aborts),
+//! `uunmap` of less than a whole region unmaps that part only, and pages
+//! past the end of the file read as zeros. As with `mmap`'s `MAP_SHARED`
+//! (and unlike UMap), what was written reaches the file at the latest
+//! when the process exits normally (`exit.rs`).
 //!
 //! The header is written by hand (it keeps UMap's spelling of every
 //! declaration); `tests/headers.rs` checks it against these exports.

@@ -445,7 +445,8 @@ fn exit_writeback_byte(off: u64) -> u8 {
 
 /// A C program writes 1 MiB through `umap` (or `umio_map`) and ends
 /// without unmapping it (`exit(0)`, a return from `main`, another thread
-/// still running, a write in its own `atexit` handler), or unmaps it with
+/// still running, a write in its own `atexit` handler, after a fork child
+/// exited first), or unmaps it with
 /// UMap's `uunmap(p, 0)` or a length past its end: every byte is in the
 /// file afterwards, as with `mmap`'s `MAP_SHARED`, in both fault services.
 #[test]
@@ -460,6 +461,7 @@ fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
             "umio-exit",
             "thread",
             "atexit",
+            "fork",
             "uunmap0",
             "uunmap-long",
             "uunmap-holes",

@@ -223,6 +223,7 @@ inline std::int64_t store_read(void* user, std::uint64_t offset, void* buf, std:
     std::size_t n = (std::size_t)(s->page - at % s->page);
     if (n > len - done) n = len - done;
     ssize_t got;
+    errno = 0;
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
     try {
       got = s->store->read_from_store(p + done, n, (off_t)at);
@@ -251,6 +252,7 @@ inline std::int64_t store_write(void* user, std::uint64_t offset, const void* bu
     std::size_t n = (std::size_t)(s->page - at % s->page);
     if (n > len - done) n = len - done;
     ssize_t put;
+    errno = 0;
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
     try {
       put = s->store->write_to_store(p + done, n, (off_t)at);
