@@ -252,3 +252,74 @@ pub fn measure(path: &Path, each: Duration) -> Result<DeviceRates> {
         seq_2m: sequential_rate(&file, len, each)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file of `len` bytes in the temp directory, written and synced.
+    fn data_file(len: usize) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![0x5a; len]).unwrap();
+        f.as_file().sync_all().unwrap();
+        f
+    }
+
+    #[test]
+    fn rates_are_measured_through_the_file_or_refused_with_the_reason() {
+        let f = data_file(4 * LARGE);
+        match measure(f.path(), Duration::from_millis(50)) {
+            Ok(r) => {
+                for (what, v) in [
+                    ("4 KiB one at a time", r.random_4k_qd1),
+                    ("4 KiB 32 at a time", r.random_4k_qd32),
+                    ("2 MiB in order", r.seq_2m),
+                ] {
+                    assert!(v.is_finite() && v > 0.0, "{what}: {v}");
+                }
+            }
+            // A temp directory whose file system refuses O_DIRECT.
+            Err(e) => assert!(e.to_string().contains("O_DIRECT"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn a_file_smaller_than_one_large_read_is_an_error_not_a_hang() {
+        let f = data_file(LARGE / 2);
+        let e = measure(f.path(), Duration::from_millis(50)).unwrap_err();
+        assert!(
+            e.to_string().contains("O_DIRECT") || e.to_string().contains("smaller"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_on_tmpfs_has_no_block_device() {
+        let Ok(f) = tempfile::NamedTempFile::new_in("/dev/shm") else {
+            eprintln!("skipped: no /dev/shm");
+            return;
+        };
+        assert!(BlockDevice::of(f.as_file()).is_none());
+    }
+
+    #[test]
+    fn a_file_on_a_block_device_names_it_and_its_size() {
+        let f = data_file(4096);
+        let dev = f.as_file().metadata().unwrap().dev();
+        if libc::major(dev) == 0 {
+            eprintln!("skipped: the temp directory's file system has no block device");
+            return;
+        }
+        let d = BlockDevice::of(f.as_file()).expect("the temp directory's block device");
+        assert!(
+            Path::new("/sys/class/block").join(&d.name).exists(),
+            "{d:?}"
+        );
+        assert!(d.bytes >= 4096, "{d:?}");
+        assert!(
+            d.describe().starts_with(&format!("/dev/{}", d.name)),
+            "{d:?}"
+        );
+    }
+}
