@@ -34,13 +34,9 @@ fn main() {
         let fp = fault_path::run(&data, faults, &mut |name| eprintln!("measuring {name}"))?;
         print!("{}", fault_path::markdown(&fp));
         let (pread, mapped) = fault_path::ratio_to_floor(&fp);
-        let verdict = |r: f64| if r <= 1.15 { "met" } else { "missed" };
         println!(
-            "umio / floor (median 4 KiB miss, target 1.15x): {pread:.2}x with pread \
-             (beside the floor + pread), {}; {mapped:.2}x over the mapped file \
-             (beside the bare floor), {}",
-            verdict(pread),
-            verdict(mapped)
+            "umio / floor (median 4 KiB miss): {pread:.2}x with pread (beside the floor + \
+             pread); {mapped:.2}x over the mapped file (beside the bare floor)"
         );
         Ok(())
     };

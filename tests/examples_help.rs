@@ -1,7 +1,10 @@
 //! Every example takes `--help` (what it does, its flags and defaults,
 //! exit 0) and refuses a flag it does not know (exit 2, naming it): one
 //! parser for all (`umio_bench::cli`). rados and spdk_fault need their
-//! cargo features and libraries, and are not built here.
+//! cargo features and libraries, and are not built here. And the demo, the
+//! first thing a user runs, ends whatever the disk: each run stops at its
+//! deadline and says how far it got, and the output names the device and
+//! both mmap advices.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -10,18 +13,24 @@ use std::time::{Duration, Instant};
 /// Runs `exe` with `args`; fails the test if it has not exited within 30
 /// seconds (an example that ignored `--help` would start its workload).
 fn run(exe: &Path, args: &[&str]) -> Output {
+    run_within(exe, args, Duration::from_secs(30))
+}
+
+/// Runs `exe` with `args`; fails the test if it has not exited within
+/// `limit` (a hang, not a slow run: callers give room to spare).
+fn run_within(exe: &Path, args: &[&str], limit: Duration) -> Output {
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{} {args:?} still runs after 30 s", exe.display());
+            panic!("{} {args:?} still runs after {limit:?}", exe.display());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -105,4 +114,51 @@ fn every_example_has_help_and_refuses_unknown_flags() {
     let bad = run(&dir.join("demo"), &["--size", "0"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a positive number"));
+}
+
+/// With more reads and writes asked for than any machine does in a second
+/// (2^40), every run of the demo ends at its one-second deadline, says so,
+/// and the demo still checks what was read and prints its table: the
+/// device it ran on and both mmap advices named.
+#[test]
+fn demo_runs_stop_at_their_deadline_and_the_output_names_device_and_advices() {
+    let dir = examples_dir();
+    let out = run_within(
+        &dir.join("demo"),
+        &[
+            "--size",
+            "64",
+            "--budget",
+            "32",
+            "--seconds",
+            "1",
+            "--ops",
+            "1099511627776",
+        ],
+        // Eight one-second runs and three one-second device probes; the
+        // rest is room for a loaded machine.
+        Duration::from_secs(600),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo: {}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for side in ["umio", "mmap RANDOM", "mmap default"] {
+        for workload in ["random reads", "random writes"] {
+            let line = format!("{workload} · {side}: ");
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&line) && l.ends_with("(stopped at the deadline)")),
+                "no {line:?} line stopped at the deadline:\n{text}"
+            );
+        }
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("device: ")),
+        "the device is not named:\n{text}"
+    );
+    assert!(text.contains("limit hits"), "no table:\n{text}");
 }

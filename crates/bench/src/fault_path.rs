@@ -674,8 +674,6 @@ fn floor_handler(
     }
 }
 
-/// How a fault-path run compares with the target of issue #7 (a cold
-/// 4 KiB fault within 1.15x of the floor): umio's median over the floor's.
 /// umio's median 4 KiB miss over the floor's, like for like: umio with
 /// its defaults (which `pread` the page) over the floor that `pread`s it
 /// too, and umio over the mapped file (no store read) over the bare floor.

@@ -13,10 +13,12 @@
 //! - [`scan_floor`]: the device's own sequential rate and the floor of a
 //!   scan fed through userfaultfd;
 //! - [`svg`]: the report's charts;
+//! - [`device`]: the block device under a file and its own rates;
 //! - [`cli`]: the examples' command lines (`--help` for each).
 
 pub mod bench;
 pub mod cli;
+pub mod device;
 pub mod fault_path;
 pub mod policy_workload;
 pub mod scan_floor;
