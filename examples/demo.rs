@@ -556,8 +556,11 @@ impl Bench<'_> {
             .page_size(self.page_size)
             .build()?;
         let writable = workload == Workload::Writes;
-        let mut map = rt.map_file(self.file, umio::MapOptions::new().writable(writable))?;
-        let store_name = map.store_name().to_owned();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let mut map =
+            unsafe { rt.map_file(self.file, umio::MapOptions::new().writable(writable)) }?
+                .into_mut()?;
+        let store_name = map.mapping().store_name().to_owned();
         let start = Instant::now();
         let checksum = if writable {
             let sum = self.workload(workload, System::Umio, Bytes::Write(map.as_mut_slice()));

@@ -27,10 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .read(true)
         .write(true)
         .open(&path)?;
-    let mut map = rt.map_file(
-        &file,
-        umio::MapOptions::new().offset(0).len(len).writable(true),
-    )?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
+            &file,
+            umio::MapOptions::new().offset(0).len(len).writable(true),
+        )
+    }?
+    .into_mut()?;
 
     map.as_mut_slice()[..5].copy_from_slice(b"hello");
     // Reading the whole file through a 1 MiB cache evicts as it goes.

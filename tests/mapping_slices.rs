@@ -44,7 +44,8 @@ fn a_mapping_is_a_byte_slice() {
     let data = random_bytes(LEN, 1);
     let (_tmp, file) = file_with(&data);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert_eq!(checksum(&map), checksum(&data));
     assert_eq!(first_and_last(&map), (data[0], data[LEN - 1]));
     assert_eq!(&map[PAGE..PAGE + 100], &data[PAGE..PAGE + 100]);
@@ -64,9 +65,8 @@ fn a_writable_mapping_becomes_a_mutable_slice() {
     let data = random_bytes(LEN, 2);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     let mut map: MappingMut = map.into_mut().expect("a whole, writable mapping");
     map[3 * PAGE..4 * PAGE].fill(0xA5);
     stamp(&mut map, 9 * PAGE + 1, 0x5A);
@@ -97,19 +97,21 @@ fn into_mut_gives_back_read_only_and_partly_unmapped_mappings() {
     let data = random_bytes(LEN, 3);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let ro = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let ro = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     let ro = ro
         .into_mut()
-        .expect_err("a read-only mapping has no MappingMut");
+        .expect_err("a read-only mapping has no MappingMut")
+        .into_mapping();
     assert_eq!(&ro[..], &data[..], "given back unchanged and usable");
 
-    let mut rw = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut rw = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     rw.unmap_range(LEN - PAGE..LEN).unwrap();
     let rw = rw
         .into_mut()
-        .expect_err("a mapping with a hole has no MappingMut");
+        .expect_err("a mapping with a hole has no MappingMut")
+        .into_mapping();
     assert_eq!(rw.mapped_bytes(), LEN - PAGE);
     // SAFETY: page 0 is mapped still.
     assert_eq!(unsafe { *rw.as_ptr() }, data[0]);
@@ -123,7 +125,8 @@ fn deref_of_a_partly_unmapped_mapping_panics_clearly() {
     let data = random_bytes(LEN, 4);
     let (_tmp, file) = file_with(&data);
     let rt = runtime();
-    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert_eq!(map[LEN - 1], data[LEN - 1]);
     map.unmap_range(8 * PAGE..LEN).unwrap();
     for (what, r) in [
