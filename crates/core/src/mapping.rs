@@ -943,7 +943,8 @@ impl Mapping {
     /// # fn main() -> umio_core::Result<()> {
     /// # let rt = umio_core::Runtime::builder().build()?;
     /// # let file = std::fs::File::open("data.bin").unwrap();
-    /// let map = rt.map_file(&file, umio_core::MapOptions::new())?;
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
     /// // The index blocks a query will read next.
     /// map.prefetch_ranges(&[0..4096, 1 << 20..(1 << 20) + 65536, 8192..12288])?;
     /// # Ok(()) }
