@@ -556,15 +556,17 @@ impl Bench<'_> {
             .page_size(self.page_size)
             .build()?;
         let writable = workload == Workload::Writes;
-        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        // SAFETY: the demo's file is its own: nothing else changes it while
+        // a slice of the mapping lives.
         let mut map =
-            unsafe { rt.map_file(self.file, umio::MapOptions::new().writable(writable)) }?
-                .into_mut()?;
-        let store_name = map.mapping().store_name().to_owned();
+            unsafe { rt.map_file(self.file, umio::MapOptions::new().writable(writable)) }?;
+        let store_name = map.store_name().to_owned();
         let start = Instant::now();
         let checksum = if writable {
-            let sum = self.workload(workload, System::Umio, Bytes::Write(map.as_mut_slice()));
-            map.flush()?;
+            let mut w = map.into_mut()?;
+            let sum = self.workload(workload, System::Umio, Bytes::Write(w.as_mut_slice()));
+            w.flush()?;
+            map = w.into_mapping();
             sum
         } else {
             self.workload(workload, System::Umio, Bytes::Read(map.as_slice()))
