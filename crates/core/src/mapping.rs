@@ -759,7 +759,7 @@ impl Mapping {
     ///
     /// # Safety
     /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref,
-    /// [`as_mut_slice`](Mapping::as_mut_slice)) may be alive, in any thread,
+    /// a [`MappingMut`]'s) may be alive, in any thread,
     /// while the call runs or afterwards over the range unmapped; nor may
     /// any reference be made from a pointer into the range once it is
     /// unmapped. Raw-pointer accesses to the range racing with the call are
