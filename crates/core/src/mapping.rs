@@ -280,7 +280,7 @@ impl MapOptions {
 /// Dropping it writes back dirty pages and unmaps it; errors are logged.
 /// Call [`unmap`](Mapping::unmap) to get them.
 ///
-/// A `Mapping` is a read-only byte slice, as memmap2's `Mmap`: it
+/// A `Mapping` reads as a byte slice, as memmap2's `Mmap` does: it
 /// implements `Deref<Target = [u8]>` and `AsRef<[u8]>`, so functions taking
 /// `&[u8]` take `&map` directly. A writable mapping becomes a `&mut [u8]`
 /// as a [`MappingMut`] (memmap2's `MmapMut`), from
@@ -600,7 +600,20 @@ impl Mapping {
     /// those a slice of the mapping read before (see
     /// [aliasing](Mapping#aliasing));
     /// [`invalidate_range_shared`](Mapping::invalidate_range_shared) is the
-    /// same through a shared handle.
+    /// same through a shared handle. A slice held across it does not
+    /// compile:
+    ///
+    /// ```compile_fail,E0502
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// // SAFETY: the file is written by other means only while no slice lives.
+    /// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// let bytes: &[u8] = map.as_slice();
+    /// map.invalidate_range(0..4096)?; // `map` is borrowed by `bytes`
+    /// println!("{}", bytes[0]);
+    /// # Ok(()) }
+    /// ```
     pub fn invalidate_range(&mut self, range: Range<usize>) -> Result<()> {
         self.invalidate_at(self.inner(range))
     }
@@ -1028,7 +1041,21 @@ impl Mapping {
     /// It takes `&mut self` because the bytes may change under a slice (see
     /// [aliasing](Mapping#aliasing)); memmap2 gives this advice through its
     /// `unsafe` `unchecked_advise`, umio through
-    /// [`advise_shared`](Mapping::advise_shared) to a shared handle.
+    /// [`advise_shared`](Mapping::advise_shared) to a shared handle. A
+    /// slice held across it does not compile:
+    ///
+    /// ```compile_fail,E0502
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// use umio_core::UncheckedAdvice;
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// let bytes: &[u8] = map.as_slice();
+    /// map.advise_mut(0..map.page_size(), UncheckedAdvice::DontNeed)?; // borrowed
+    /// println!("{}", bytes[0]);
+    /// # Ok(()) }
+    /// ```
     pub fn advise_mut(&mut self, range: Range<usize>, advice: UncheckedAdvice) -> Result<()> {
         self.advise_unchecked(range, advice)
     }
