@@ -115,7 +115,8 @@ fn measure(kind: Kind, path: &PathBuf, size: usize, faults: usize) -> Result<Sam
     {
         let (store, _) = open(kind, path)?;
         let rt = runtime(size as u64 / 4)?;
-        let m = rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None))?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let m = unsafe { rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None)) }?;
         let s = m.as_slice();
         let t = Instant::now();
         let sum: u64 = std::thread::scope(|sc| {
@@ -142,7 +143,8 @@ fn measure(kind: Kind, path: &PathBuf, size: usize, faults: usize) -> Result<Sam
     {
         let (store, uring) = open(kind, path)?;
         let rt = runtime(size as u64 / 2)?;
-        let m = rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None))?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let m = unsafe { rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None)) }?;
         let stride = size / 512;
         let ranges: Vec<_> = (0..512).map(|i| i * stride..i * stride + 65536).collect();
         let t = Instant::now();
@@ -161,12 +163,16 @@ fn measure(kind: Kind, path: &PathBuf, size: usize, faults: usize) -> Result<Sam
     {
         let (store, uring) = open(kind, path)?;
         let rt = runtime(256 << 20)?;
-        let mut m = rt.map(
-            MapOptions::new()
-                .store(store)
-                .writable(true)
-                .prefetch(PrefetchKind::None),
-        )?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let mut m = unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(store)
+                    .writable(true)
+                    .prefetch(PrefetchKind::None),
+            )
+        }?
+        .into_mut()?;
         let dirty = (64 << 20).min(size);
         m.as_mut_slice()[..dirty].fill(0x5A);
         let before = uring.as_ref().map(|u| u.stats());

@@ -28,7 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .page_size(64 << 10)
         .build()?;
     let file = std::fs::File::open(&path)?;
-    let map = Arc::new(rt.map_file(&file, umio::MapOptions::new())?);
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = Arc::new(unsafe { rt.map_file(&file, umio::MapOptions::new()) }?);
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..2u64)

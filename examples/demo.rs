@@ -790,12 +790,17 @@ impl Bench<'_> {
             .page_size(self.page_size)
             .build()?;
         let writable = workload == Workload::Writes;
-        let mut map = rt.map_file(self.file, umio::MapOptions::new().writable(writable))?;
+        // SAFETY: the demo's file is its own: nothing else changes it while
+        // a slice of the mapping lives.
+        let mut map =
+            unsafe { rt.map_file(self.file, umio::MapOptions::new().writable(writable)) }?;
         let store_name = map.store_name().to_owned();
         let start = Instant::now();
         let (done, checksum) = if writable {
-            let r = self.workload(workload, Side::Umio, Bytes::Write(map.as_mut_slice()));
-            map.flush()?;
+            let mut w = map.into_mut()?;
+            let r = self.workload(workload, Side::Umio, Bytes::Write(w.as_mut_slice()));
+            w.flush()?;
+            map = w.into_mapping();
             r
         } else {
             self.workload(workload, Side::Umio, Bytes::Read(map.as_slice()))

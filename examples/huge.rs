@@ -144,7 +144,8 @@ fn run_umio(p: &Params, file: &File, config: Config, clustered_ops: bool) -> Res
                 ahead
             }),
     };
-    let m = rt.map(opts)?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe { rt.map(opts) }?;
     let t = Instant::now();
     let sum = if clustered_ops {
         clustered(m.as_ptr(), m.len(), p.ops)
@@ -390,19 +391,25 @@ fn two_pools(p: &Params, file: &File) -> Result<()> {
         };
         let rt = b.build()?;
         let store = Arc::new(FileStore::new(file)?);
-        let hot = rt.map(
-            MapOptions::new()
-                .store(store.clone())
-                .len(hot_len)
-                .page_size(4096)
-                .prefetch(PrefetchKind::None),
-        )?;
-        let scanned = rt.map(
-            MapOptions::new()
-                .store(store)
-                .page_size(2 * MIB)
-                .prefetch(PrefetchKind::None),
-        )?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let hot = unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(store.clone())
+                    .len(hot_len)
+                    .page_size(4096)
+                    .prefetch(PrefetchKind::None),
+            )
+        }?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let scanned = unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(store)
+                    .page_size(2 * MIB)
+                    .prefetch(PrefetchKind::None),
+            )
+        }?;
         std::hint::black_box(scan(hot.as_ptr(), hot.len()));
         let (mut misses, mut hot_time, mut scan_time) = (0u64, Duration::ZERO, Duration::ZERO);
         let mut x = 11u64;

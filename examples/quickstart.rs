@@ -27,10 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .read(true)
         .write(true)
         .open(&path)?;
-    let mut map = rt.map_file(
-        &file,
-        umio::MapOptions::new().offset(0).len(len).writable(true),
-    )?;
+    // SAFETY: as with memmap2, the caller promises that nothing else (another
+    // process, another mapping of the file) changes the file while a slice
+    // of the mapping lives: this file is our own.
+    let mut map = unsafe { rt.map_file_mut(&file, umio::MapOptions::new().offset(0).len(len)) }?;
 
     map.as_mut_slice()[..5].copy_from_slice(b"hello");
     // Reading the whole file through a 1 MiB cache evicts as it goes.

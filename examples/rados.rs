@@ -221,11 +221,14 @@ fn bench(objectstore: &str, conf: &Path, a: &Args) -> Result<Vec<(String, String
     // 2. Fills through a mapping.
     let rt = runtime(a.size as u64, PAGE)?;
     let s1 = Arc::new(RadosStore::open(&opts)?);
-    let m = rt.map(
-        MapOptions::new()
-            .store(s1.clone())
-            .prefetch(PrefetchKind::None),
-    )?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(s1.clone())
+                .prefetch(PrefetchKind::None),
+        )
+    }?;
     let offsets = random_pages(a.faults, pages, 2);
     let t = Instant::now();
     let mut sum = 0u64;
@@ -248,11 +251,14 @@ fn bench(objectstore: &str, conf: &Path, a: &Args) -> Result<Vec<(String, String
     drop(m);
 
     let s16 = Arc::new(RadosStore::open(&opts.clone().queue_depth(16))?);
-    let m = rt.map(
-        MapOptions::new()
-            .store(s16.clone())
-            .prefetch(PrefetchKind::None),
-    )?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(s16.clone())
+                .prefetch(PrefetchKind::None),
+        )
+    }?;
     let offsets = random_pages(a.faults, pages, 3);
     let ranges: Vec<_> = offsets.iter().map(|&p| p * PAGE..(p + 1) * PAGE).collect();
     let t = Instant::now();
@@ -293,7 +299,8 @@ fn bench(objectstore: &str, conf: &Path, a: &Args) -> Result<Vec<(String, String
     ] {
         let rt = runtime(a.size as u64 / 4, page)?;
         let s = Arc::new(RadosStore::open(&opts)?);
-        let m = rt.map(MapOptions::new().store(s.clone()).prefetch(prefetch))?;
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let m = unsafe { rt.map(MapOptions::new().store(s.clone()).prefetch(prefetch)) }?;
         let t = Instant::now();
         let mut x = 0u64;
         for chunk in m.as_slice().chunks(PAGE) {

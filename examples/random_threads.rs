@@ -116,7 +116,8 @@ fn umio(a: &Args, service: FaultService, seed: u64) -> Result<f64> {
         .remove_events(a.remove_events)
         .build()?;
     let f = File::open(&a.file)?;
-    let map = rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None)) }?;
     let rate = run(map.as_ptr() as usize, map.len(), a.threads, a.reads, seed);
     let s = rt.stats();
     eprintln!(

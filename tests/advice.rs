@@ -9,7 +9,7 @@ mod common;
 use std::fs::File;
 use std::ops::Range;
 
-use umio::{Advice, MapOptions};
+use umio::{Advice, MapOptions, UncheckedAdvice};
 
 use common::random_bytes;
 
@@ -71,39 +71,62 @@ fn rw(path: &std::path::Path) -> File {
         .unwrap()
 }
 
+/// Advice that keeps the bytes, or drops pages.
+#[derive(Clone, Copy, PartialEq)]
+enum Either {
+    Keep(Advice),
+    Drop(UncheckedAdvice),
+}
+
 #[test]
 fn advice_matches_madvise_on_a_shared_file_mapping() {
+    use Either::{Drop, Keep};
     // (name, umio's advice, the kernel's, range)
-    let table: &[(&str, Advice, i32, Range<usize>)] = &[
+    let table: &[(&str, Either, i32, Range<usize>)] = &[
         (
             "remove whole pages",
-            Advice::Remove,
+            Drop(UncheckedAdvice::Remove),
             libc::MADV_REMOVE,
             2 * PAGE..4 * PAGE,
         ),
         (
             "remove 4 KiB inside a page",
-            Advice::Remove,
+            Drop(UncheckedAdvice::Remove),
             libc::MADV_REMOVE,
             5 * PAGE + K4..5 * PAGE + 3 * K4,
         ),
         (
             "remove across pages",
-            Advice::Remove,
+            Drop(UncheckedAdvice::Remove),
             libc::MADV_REMOVE,
             7 * PAGE - K4..8 * PAGE + K4,
         ),
-        ("pageout", Advice::PageOut, libc::MADV_PAGEOUT, 0..LEN),
-        ("cold", Advice::PageOut, libc::MADV_COLD, PAGE..3 * PAGE),
-        ("willneed", Advice::WillNeed, libc::MADV_WILLNEED, 0..LEN),
+        (
+            "pageout",
+            Drop(UncheckedAdvice::PageOut),
+            libc::MADV_PAGEOUT,
+            0..LEN,
+        ),
+        (
+            "cold",
+            Drop(UncheckedAdvice::PageOut),
+            libc::MADV_COLD,
+            PAGE..3 * PAGE,
+        ),
+        (
+            "willneed",
+            Keep(Advice::WillNeed),
+            libc::MADV_WILLNEED,
+            0..LEN,
+        ),
         (
             "sequential",
-            Advice::Sequential,
+            Keep(Advice::Sequential),
             libc::MADV_SEQUENTIAL,
             0..LEN,
         ),
-        ("random", Advice::Random, libc::MADV_RANDOM, 0..LEN),
-        ("normal", Advice::Normal, libc::MADV_NORMAL, 0..LEN),
+        ("random", Keep(Advice::Random), libc::MADV_RANDOM, 0..LEN),
+        ("normal", Keep(Advice::Normal), libc::MADV_NORMAL, 0..LEN),
     ];
     let rt = common::runtime(8 * PAGE as u64, PAGE, 2);
     for (i, (name, advice, madv, range)) in table.iter().enumerate() {
@@ -114,7 +137,12 @@ fn advice_matches_madvise_on_a_shared_file_mapping() {
         std::fs::write(&upath, &data).unwrap();
         let (kf, uf) = (rw(&kpath), rw(&upath));
         let mut k = KernelMap::new(&kf);
-        let mut u = rt.map_file(&uf, MapOptions::new().writable(true)).unwrap();
+        // SAFETY: nothing but this mapping changes the file while a slice
+        // of it lives.
+        let mut u = unsafe { rt.map_file(&uf, MapOptions::new().writable(true)) }
+            .unwrap()
+            .into_mut()
+            .unwrap();
         // Dirty bytes in and around the ranges, not yet written back.
         let writes = [
             (2 * PAGE + 100, 5000),
@@ -128,8 +156,11 @@ fn advice_matches_madvise_on_a_shared_file_mapping() {
             u.as_mut_slice()[*at..at + len].copy_from_slice(&b);
         }
         k.advise(range, *madv);
-        u.advise(range.clone(), *advice)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match *advice {
+            Keep(a) => u.mapping().advise(range.clone(), a),
+            Drop(a) => u.advise_mut(range.clone(), a),
+        }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         common::assert_same(u.as_slice(), k.bytes(), &format!("{name}: the mappings"));
         // SAFETY: our mapping.
         assert_eq!(unsafe { libc::msync(k.ptr.cast(), LEN, libc::MS_SYNC) }, 0);
@@ -139,15 +170,15 @@ fn advice_matches_madvise_on_a_shared_file_mapping() {
             std::fs::read(&upath).unwrap(),
         );
         common::assert_same(&ufile, &kfile, &format!("{name}: the files"));
-        if *advice == Advice::Remove {
+        if *advice == Drop(UncheckedAdvice::Remove) {
             assert!(
                 ufile[range.clone()].iter().all(|&b| b == 0),
                 "{name}: zeros"
             );
         }
-        if *advice == Advice::PageOut {
+        if *advice == Drop(UncheckedAdvice::PageOut) {
             let first = range.start / PAGE;
-            assert!(!u.is_resident(first * PAGE), "{name}: evicted");
+            assert!(!u.mapping().is_resident(first * PAGE), "{name}: evicted");
         }
     }
 }
@@ -157,26 +188,27 @@ fn remove_needs_a_writable_mapping_and_whole_4k_pages() {
     let data = random_bytes(LEN, 1);
     let (_tmp, f) = common::rw_file_with(&data);
     let rt = common::runtime(8 * PAGE as u64, PAGE, 2);
-    let ro = rt.map_file(&f, MapOptions::new()).unwrap();
-    assert!(ro.advise(0..PAGE, Advice::Remove).is_err());
-    let rw = rt.map_file(&f, MapOptions::new().writable(true)).unwrap();
-    assert!(rw.advise(100..PAGE, Advice::Remove).is_err());
-    assert!(rw.advise(0..K4 + 1, Advice::Remove).is_err());
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut ro = unsafe { rt.map_file(&f, MapOptions::new()) }.unwrap();
+    assert!(ro.advise_mut(0..PAGE, UncheckedAdvice::Remove).is_err());
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut rw = unsafe { rt.map_file(&f, MapOptions::new().writable(true)) }.unwrap();
+    assert!(rw.advise_mut(100..PAGE, UncheckedAdvice::Remove).is_err());
+    assert!(rw.advise_mut(0..K4 + 1, UncheckedAdvice::Remove).is_err());
     common::assert_same(rw.as_slice(), &data, "nothing removed");
     // A memory store zeroes the range.
     let mem = std::sync::Arc::new(umio::backends::MemoryStore::new(data.clone()));
-    let m = rt
-        .map(MapOptions::new().store(mem.clone()).writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe { rt.map(MapOptions::new().store(mem.clone()).writable(true)) }.unwrap();
+    m.advise_mut(PAGE..2 * PAGE, UncheckedAdvice::Remove)
         .unwrap();
-    m.advise(PAGE..2 * PAGE, Advice::Remove).unwrap();
     assert!(mem.snapshot()[PAGE..2 * PAGE].iter().all(|&b| b == 0));
     assert!(m.as_slice()[PAGE..2 * PAGE].iter().all(|&b| b == 0));
     // A store that cannot punch holes says so, and nothing is dropped.
     let plain = std::sync::Arc::new(NoHoles(umio::backends::MemoryStore::new(data.clone())));
-    let m = rt
-        .map(MapOptions::new().store(plain).writable(true))
-        .unwrap();
-    let err = m.advise(0..PAGE, Advice::Remove).unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe { rt.map(MapOptions::new().store(plain).writable(true)) }.unwrap();
+    let err = m.advise_mut(0..PAGE, UncheckedAdvice::Remove).unwrap_err();
     assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
     common::assert_same(m.as_slice(), &data, "nothing removed");
 }

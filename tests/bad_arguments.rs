@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::sync::Arc;
 
 use umio::backends::MemoryStore;
-use umio::{Advice, Error, MapOptions, Runtime};
+use umio::{Advice, Error, MapOptions, Runtime, UncheckedAdvice};
 
 const FILE_LEN: usize = 64 << 10;
 
@@ -66,11 +66,12 @@ fn builder_rejects_bad_settings() {
         .unwrap();
     let store = || Arc::new(MemoryStore::new(vec![0u8; 1 << 20]));
     assert_invalid(
-        no_evictor.map(MapOptions::new().store(store()).writable(true)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { no_evictor.map(MapOptions::new().store(store()).writable(true)) },
         "writable, in-thread, no evictor",
     );
-    no_evictor
-        .map(MapOptions::new().store(store()))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe { no_evictor.map(MapOptions::new().store(store())) }
         .expect("read-only needs no evictor");
     // The boundaries themselves are fine (fillers: no evictor).
     let rt = Runtime::builder()
@@ -90,59 +91,75 @@ fn builder_rejects_bad_settings() {
 fn map_rejects_bad_lengths_and_offsets() {
     let (tmp, file) = rw_file();
     let rt = runtime();
-    assert_invalid(rt.map_file(&file, MapOptions::new().len(0)), "len 0");
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    assert_invalid(
+        unsafe { rt.map_file(&file, MapOptions::new().len(0)) },
+        "len 0",
+    );
     // Offsets that are not multiples of 4096 are handled inside, as
     // memmap2 does (tests/memmap_parity.rs); with a fixed address they are
     // refused, as by mmap.
-    let mut spot = rt
-        .map_file(&file, MapOptions::new().len(8192))
-        .expect("a spot to map at");
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut spot =
+        unsafe { rt.map_file(&file, MapOptions::new().len(8192)) }.expect("a spot to map at");
     let addr = spot.as_ptr() as usize;
     spot.unmap_range(0..8192).unwrap();
     assert_invalid(
-        rt.map_file(
-            &file,
-            MapOptions::new()
-                .offset(100)
-                .len(4096)
-                .fixed_address_noreplace(addr),
-        ),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe {
+            rt.map_file(
+                &file,
+                MapOptions::new()
+                    .offset(100)
+                    .len(4096)
+                    .fixed_address_noreplace(addr),
+            )
+        },
         "offset 100 at a fixed address",
     );
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64 + 4096)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64 + 4096)) },
         "offset past the end, no len",
     );
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().offset(FILE_LEN as u64)) },
         "offset at the end, no len: nothing to map",
     );
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().offset(u64::MAX - 4095).len(8192)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().offset(u64::MAX - 4095).len(8192)) },
         "offset + len overflows u64",
     );
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().offset(1 << 63).len(4096)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().offset(1 << 63).len(4096)) },
         "offset + len past i64::MAX",
     );
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().len(usize::MAX)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().len(usize::MAX)) },
         "len that cannot be rounded to pages",
     );
     // A writable mapping must not extend the file when it fails.
     assert_invalid(
-        rt.map_file(
-            &file,
-            MapOptions::new()
-                .offset(u64::MAX - 4095)
-                .len(8192)
-                .writable(true),
-        ),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe {
+            rt.map_file(
+                &file,
+                MapOptions::new()
+                    .offset(u64::MAX - 4095)
+                    .len(8192)
+                    .writable(true),
+            )
+        },
         "writable, overflowing",
     );
     let empty = tempfile::NamedTempFile::new().unwrap();
     assert_invalid(
-        rt.map_file(&File::open(empty.path()).unwrap(), MapOptions::new()),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&File::open(empty.path()).unwrap(), MapOptions::new()) },
         "empty file, no len",
     );
     assert_eq!(
@@ -167,12 +184,15 @@ fn map_rejects_bad_page_sizes() {
             "page size just over a quarter of the cache",
         ),
     ] {
-        assert_invalid(rt.map_file(&file, MapOptions::new().page_size(ps)), what);
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        assert_invalid(
+            unsafe { rt.map_file(&file, MapOptions::new().page_size(ps)) },
+            what,
+        );
     }
     // A quarter of the cache is the largest allowed.
-    let m = rt
-        .map_file(&file, MapOptions::new().page_size(256 << 10))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe { rt.map_file(&file, MapOptions::new().page_size(256 << 10)) }.unwrap();
     assert_eq!(m.as_slice(), &vec![5u8; FILE_LEN][..]);
     m.unmap().unwrap();
     assert_eq!(rt.stats().regions, 0);
@@ -184,8 +204,8 @@ fn writable_mapping_of_a_read_only_store() {
     let rt = runtime();
     let ro_file = File::open(tmp.path()).unwrap();
     // Even past EOF: the refusal comes before any change to the file.
-    let e = rt
-        .map_file(&ro_file, MapOptions::new().len(1 << 20).writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map_file(&ro_file, MapOptions::new().len(1 << 20).writable(true)) }
         .unwrap_err();
     assert!(matches!(e, Error::ReadOnlyStore), "{e:?}");
     assert_eq!(e.errno(), libc::EACCES);
@@ -197,13 +217,13 @@ fn writable_mapping_of_a_read_only_store() {
     );
 
     let store = Arc::new(MemoryStore::read_only(vec![0; 8192]));
-    let e = rt
-        .map(MapOptions::new().store(store.clone()).writable(true))
-        .unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map(MapOptions::new().store(store.clone()).writable(true)) }.unwrap_err();
     assert!(matches!(e, Error::ReadOnlyStore), "{e:?}");
     assert_eq!(e.errno(), libc::EACCES);
     // Read-only is fine.
-    let m = rt.map(MapOptions::new().store(store)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe { rt.map(MapOptions::new().store(store)) }.unwrap();
     assert_eq!(m.as_slice(), &[0u8; 8192][..]);
     assert!(!m.is_writable());
 }
@@ -212,12 +232,14 @@ fn writable_mapping_of_a_read_only_store() {
 fn files_that_cannot_be_stores() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let e = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe {
+        rt.map_file(
             &File::open(dir.path()).unwrap(),
             MapOptions::new().len(4096),
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(
         matches!(e, Error::Os { errno, .. } if errno == libc::ENODEV),
         "a directory: {e:?}"
@@ -226,7 +248,8 @@ fn files_that_cannot_be_stores() {
 
     let (tmp, _) = rw_file();
     let wo = OpenOptions::new().write(true).open(tmp.path()).unwrap();
-    let e = rt.map_file(&wo, MapOptions::new()).unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map_file(&wo, MapOptions::new()) }.unwrap_err();
     assert!(
         matches!(e, Error::Os { errno, .. } if errno == libc::EACCES),
         "a write-only descriptor: {e:?}"
@@ -240,10 +263,15 @@ fn store_option_and_map_file_do_not_mix() {
     let rt = runtime();
     let store = Arc::new(MemoryStore::new(vec![0; 8192]));
     assert_invalid(
-        rt.map_file(&file, MapOptions::new().store(store)),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().store(store)) },
         "map_file with a store option",
     );
-    assert_invalid(rt.map(MapOptions::new().len(4096)), "map without a store");
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    assert_invalid(
+        unsafe { rt.map(MapOptions::new().len(4096)) },
+        "map without a store",
+    );
     assert_eq!(rt.stats().regions, 0);
 }
 
@@ -251,19 +279,24 @@ fn store_option_and_map_file_do_not_mix() {
 fn map_after_shutdown() {
     let (tmp, file) = rw_file();
     let rt = runtime();
-    let mut before = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut before = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     rt.shutdown();
-    let e = rt.map_file(&file, MapOptions::new()).unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap_err();
     assert!(matches!(e, Error::ShutDown), "{e:?}");
     assert_eq!(e.errno(), libc::ESHUTDOWN);
     let store = Arc::new(MemoryStore::new(vec![0; 8192]));
-    let e = rt.map(MapOptions::new().store(store)).unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map(MapOptions::new().store(store)) }.unwrap_err();
     assert!(matches!(e, Error::ShutDown), "{e:?}");
     // A clone is the same runtime: shut down too.
     assert!(matches!(
-        rt.clone().map_file(&file, MapOptions::new()),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.clone().map_file(&file, MapOptions::new()) },
         Err(Error::ShutDown)
     ));
     // The mapping made before keeps working, and unmaps cleanly.
@@ -279,26 +312,27 @@ fn range_arguments_of_a_mapping() {
     let (_tmp, file) = rw_file();
     let rt = runtime();
     let len = 40_000; // two whole 16 KiB pages and a partial one
-    let m = rt.map_file(&file, MapOptions::new().len(len)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe { rt.map_file(&file, MapOptions::new().len(len)) }.unwrap();
     let ps = m.page_size();
     assert_eq!(ps, 16 << 10);
 
     // DontNeed discards whole pages only.
     assert_invalid(
-        m.advise(100..ps, Advice::DontNeed),
+        m.advise_mut(100..ps, UncheckedAdvice::DontNeed),
         "DontNeed, start unaligned",
     );
     assert_invalid(
-        m.advise(0..ps + 1, Advice::DontNeed),
+        m.advise_mut(0..ps + 1, UncheckedAdvice::DontNeed),
         "DontNeed, end unaligned",
     );
     assert_invalid(
-        m.advise(ps..len - 1, Advice::DontNeed),
+        m.advise_mut(ps..len - 1, UncheckedAdvice::DontNeed),
         "DontNeed, end before len",
     );
-    m.advise(0..ps, Advice::DontNeed).unwrap();
-    m.advise(ps..len, Advice::DontNeed).unwrap();
-    m.advise(ps..ps, Advice::DontNeed).unwrap();
+    m.advise_mut(0..ps, UncheckedAdvice::DontNeed).unwrap();
+    m.advise_mut(ps..len, UncheckedAdvice::DontNeed).unwrap();
+    m.advise_mut(ps..ps, UncheckedAdvice::DontNeed).unwrap();
 
     // Ranges must lie inside the mapping.
     assert_invalid(m.prefetch(0..len + 1), "prefetch past the end");
@@ -326,20 +360,24 @@ fn range_arguments_of_a_mapping() {
     assert!(!m.is_resident(usize::MAX));
 }
 
+/// A read-only mapping has no `as_mut_slice` (a compile error, see
+/// `MappingMut`'s docs); `into_mut` refuses it with `EINVAL`, an error `?`
+/// propagates, and gives it back unchanged.
 #[test]
 fn mutable_slice_of_a_read_only_mapping() {
     let (_tmp, file) = rw_file();
     let rt = runtime();
-    let mut m = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the file while a slice of
+    // it lives.
+    let m = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert!(!m.is_writable());
-    assert_invalid(m.try_as_mut_slice().map(|s| s.len()), "try_as_mut_slice");
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        m.as_mut_slice()[0] = 1;
-    }));
-    assert!(r.is_err(), "as_mut_slice on a read-only mapping must panic");
+    let e = m.into_mut().unwrap_err();
+    assert!(matches!(e.error(), Error::InvalidArgument(_)), "{e}");
+    let m = e.into_mapping();
     assert_eq!(m.as_slice()[0], 5);
-    let mut w = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
-    assert_eq!(w.try_as_mut_slice().unwrap().len(), FILE_LEN);
+    let through_question_mark = || -> umio::Result<umio::MappingMut> { Ok(m.into_mut()?) };
+    assert_invalid(through_question_mark().map(|m| m.len()), "into_mut with ?");
+    // SAFETY: as above.
+    let w = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
+    assert_eq!(w.into_mut().unwrap().as_mut_slice().len(), FILE_LEN);
 }

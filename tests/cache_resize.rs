@@ -24,8 +24,8 @@ fn shrink_while_four_threads_fault_and_write_then_grow_back() {
     let (tmp, file) = rw_file_with(&data);
     let rt = common::runtime(64 * MIB, PAGE, 2);
     let map = Arc::new(
-        rt.map_file(&file, MapOptions::new().writable(true))
-            .unwrap(),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap(),
     );
     let stop = Arc::new(AtomicBool::new(false));
     let base = map.as_ptr() as usize;
@@ -123,7 +123,8 @@ fn a_bound_too_small_for_the_pinned_pages_is_refused() {
     let data = random_bytes(64 << 20, 2);
     let (_tmp, file) = rw_file_with(&data);
     let rt = common::runtime(64 * MIB, PAGE, 2);
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     map.pin(0..(20 << 20)).unwrap();
     let err = rt.set_cache_bytes(32 * MIB).unwrap_err();
     assert!(

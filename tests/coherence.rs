@@ -32,7 +32,8 @@ fn write_at_shows_in_a_read_only_mapping_and_reaches_the_file() {
     let data = random_bytes(LEN, 1);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert!(!map.is_writable());
     let mut model = data.clone();
     let mut rng = common::Rng::new(2);
@@ -60,8 +61,10 @@ fn write_at_keeps_dirty_bytes_around_it() {
     let data = random_bytes(LEN, 3);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     let dirty = random_bytes(PAGE, 4);
     map.as_mut_slice()[2 * PAGE..3 * PAGE].copy_from_slice(&dirty);
@@ -88,14 +91,16 @@ fn write_back_and_invalidate_around_a_pwrite_of_ones_own() {
     let (_tmp, file) = rw_file_with(&data);
     // Room for the whole file: no eviction writes the pages back first.
     let rt = common::runtime(2 * LEN as u64, PAGE, 2);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     let bytes = random_bytes(3 * PAGE, 7);
     map.as_mut_slice()[PAGE / 2..PAGE / 2 + 3 * PAGE].copy_from_slice(&bytes);
-    assert!(map.dirty_pages() >= 3);
-    map.write_back_range(0..4 * PAGE).unwrap();
-    assert_eq!(map.dirty_pages(), 0, "written back");
+    assert!(map.mapping().dirty_pages() >= 3);
+    map.mapping().write_back_range(0..4 * PAGE).unwrap();
+    assert_eq!(map.mapping().dirty_pages(), 0, "written back");
     common::assert_same(&read_file(&file, PAGE / 2, 3 * PAGE), &bytes, "pread");
 
     let _ = map.as_slice()[9 * PAGE];
@@ -122,7 +127,8 @@ fn holes_bad_ranges_and_read_only_stores() {
     let data = random_bytes(LEN, 9);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     map.unmap_range(4 * PAGE..6 * PAGE).unwrap();
     map.invalidate_range(0..LEN).unwrap();
     map.write_back_range(0..LEN).unwrap();
@@ -142,7 +148,8 @@ fn holes_bad_ranges_and_read_only_stores() {
     common::assert_same(&read_file(&file, 0, LEN), &data, "nothing written");
 
     let ro = File::open(tmp.path()).unwrap();
-    let map = rt.map_file(&ro, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&ro, MapOptions::new()) }.unwrap();
     assert!(matches!(map.write_at(0, b"x"), Err(Error::ReadOnlyStore)));
     assert_eq!(map.as_slice()[0], data[0]);
 }

@@ -90,9 +90,8 @@ fn run(stripe: usize, page_size: usize, writes: usize) {
     let data = random_bytes(DATA_LEN, 17 + stripe as u64);
     let (tmp, file) = rw_file_with(&data);
     let rt = common::runtime((DATA_LEN / 8) as u64, page_size, 2);
-    let map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
 
     let model = write_round(&map, &data, stripe, writes, 1);
     assert_ne!(model, data, "the round wrote nothing");
@@ -146,9 +145,8 @@ fn writers_evictions_and_a_flushing_thread_together() {
     let data = random_bytes(DATA_LEN, 99);
     let (tmp, file) = rw_file_with(&data);
     let rt = common::runtime((DATA_LEN / 8) as u64, 16 << 10, 2);
-    let map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     let done = AtomicBool::new(false);
     let model = std::thread::scope(|sc| {
         let flusher = sc.spawn(|| {
@@ -184,9 +182,8 @@ fn writes_racing_with_flushes_are_not_lost() {
         .page_size(4 << 10)
         .build()
         .unwrap();
-    let map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     let slots: Vec<usize> = (0..16).map(|i| i * (LEN / 16) + 8 * i).collect();
     let ptr = map.as_ptr() as usize;
     let stop = AtomicBool::new(false);

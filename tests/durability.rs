@@ -34,9 +34,8 @@ fn durability_child_body() {
         .fillers(1)
         .build()
         .unwrap();
-    let map = rt
-        .map_file(&file, MapOptions::new().len(LEN).writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().len(LEN).writable(true)) }.unwrap();
     let p = map.as_ptr();
     for (off, byte) in writes(trial) {
         // SAFETY: off < LEN; the mapping is writable and lives.

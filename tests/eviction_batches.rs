@@ -28,14 +28,16 @@ fn resident_after_background_eviction() -> u64 {
         .build()
         .expect("runtime");
     let store = Arc::new(MemoryStore::new(vec![7u8; 80 * MIB]));
-    let map = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(store)
                 .page_size(MIB)
                 .prefetch(PrefetchKind::None),
         )
-        .expect("map");
+    }
+    .expect("map");
     let mut sum = 0u64;
     for p in 0..59 {
         // SAFETY: p * MIB is inside the 80 MiB mapping.

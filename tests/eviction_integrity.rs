@@ -75,7 +75,8 @@ fn run(page_size: usize, policy: PolicyKind, evictors: usize, seed: u64) {
         .eviction(policy)
         .build()
         .unwrap();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert_eq!(map.len(), FILE_LEN);
     assert_eq!(map.page_size(), page_size);
     read_everything(&rt, &map, &data, seed ^ 0xABCD);
@@ -127,7 +128,8 @@ fn several_threads_read_random_ranges() {
     let data = random_bytes(FILE_LEN, 6);
     let (_tmp, file) = file_with(&data);
     let rt = common::runtime(CACHE, 16 << 10, 2);
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     std::thread::scope(|sc| {
         for t in 0..4u64 {
             let (map, data, rt) = (&map, &data, &rt);
@@ -164,10 +166,10 @@ fn two_regions_of_one_file_share_the_cache() {
         .page_size(16 << 10)
         .build()
         .unwrap();
-    let a = rt.map_file(&file, MapOptions::new()).unwrap();
-    let b = rt
-        .map_file(&file, MapOptions::new().page_size(4 << 10))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let a = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let b = unsafe { rt.map_file(&file, MapOptions::new().page_size(4 << 10)) }.unwrap();
     let mut rng = Rng::new(8);
     for i in 0..2000 {
         let len = 1 + rng.below(20 << 10);

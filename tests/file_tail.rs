@@ -35,15 +35,17 @@ fn read_only_past_eof(page_size: usize, offset: usize) {
     let file = File::open(tmp.path()).unwrap();
     let rt = runtime();
     let len = 64 << 10;
-    let map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .offset(offset as u64)
                 .len(len)
                 .page_size(page_size),
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(map.len(), len);
     let s = map.as_slice();
     let in_file = FILE_LEN - offset;
@@ -96,7 +98,8 @@ fn read_only_default_len_stops_at_eof() {
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
     for ps in [4 << 10, 8 << 10, 64 << 10] {
-        let map = rt.map_file(&file, MapOptions::new().page_size(ps)).unwrap();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let map = unsafe { rt.map_file(&file, MapOptions::new().page_size(ps)) }.unwrap();
         assert_eq!(map.len(), FILE_LEN, "page size {ps}");
         assert_eq!(map.as_slice(), &data[..], "page size {ps}");
     }
@@ -108,8 +111,10 @@ fn writable_mapping_past_eof_extends_the_file_at_map_time() {
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
     let len = 100_000;
-    let mut map = rt
-        .map_file(&file, MapOptions::new().len(len).writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().len(len).writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     assert_eq!(
         file_len(&tmp),
@@ -138,12 +143,16 @@ fn writable_mapping_with_offset_past_eof_extends_to_offset_plus_len() {
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
     let (off, len) = (8192usize, 200_000usize);
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new().offset(off as u64).len(len).writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert_eq!(file_len(&tmp), (off + len) as u64);
     map.as_mut_slice()[len - 1] = 0x5A;
     map.unmap().unwrap();
@@ -158,9 +167,8 @@ fn writable_mapping_inside_the_file_does_not_change_its_length() {
     let data = nonzero_bytes(FILE_LEN, 4);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt
-        .map_file(&file, MapOptions::new().len(4096).writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().len(4096).writable(true)) }.unwrap();
     assert_eq!(file_len(&tmp), FILE_LEN as u64);
     map.unmap().unwrap();
     assert_eq!(file_len(&tmp), FILE_LEN as u64);
@@ -176,15 +184,19 @@ fn write_back_stops_at_the_mapped_length() {
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
     let len = 10_000;
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .len(len)
                 .page_size(16 << 10)
                 .writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert_eq!(map.as_slice(), &data[..len]);
     map.as_mut_slice()[0] = 0;
     map.as_mut_slice()[len - 1] = 0;
@@ -203,9 +215,12 @@ fn write_back_stops_at_the_mapped_length() {
     // A file exactly as long as the mapping stays that long.
     let data = nonzero_bytes(len, 6);
     let (tmp, file) = rw_file_with(&data);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().page_size(16 << 10).writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map =
+        unsafe { rt.map_file(&file, MapOptions::new().page_size(16 << 10).writable(true)) }
+            .unwrap()
+            .into_mut()
+            .unwrap();
     assert_eq!(map.len(), len);
     map.as_mut_slice()[len - 1] = 0;
     map.unmap().unwrap();
@@ -227,15 +242,19 @@ fn tail_with_a_page_size_not_a_power_of_two() {
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime();
     let len = 30_000;
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .len(len)
                 .page_size(12 << 10)
                 .writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert_eq!(file_len(&tmp), len as u64);
     assert_eq!(&map.as_slice()[..FILE_LEN], &data[..]);
     assert!(map.as_slice()[FILE_LEN..].iter().all(|&b| b == 0));

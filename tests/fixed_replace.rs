@@ -70,8 +70,8 @@ fn file_bytes(f: &File, offset: u64, len: usize) -> Vec<u8> {
 }
 
 fn map_big(rt: &Runtime, f: &File, len: usize) -> Mapping {
-    rt.map_file(f, MapOptions::new().len(len).writable(true).page_size(BIG))
-        .unwrap()
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe { rt.map_file(f, MapOptions::new().len(len).writable(true).page_size(BIG)) }.unwrap()
 }
 
 #[test]
@@ -97,9 +97,8 @@ fn fixed_map_inside_an_older_one_replaces_that_part() {
                 .writable(true)
                 .fixed_address(at)
         };
-        let new = rt
-            .map_file(&b, opts)
-            .expect("MAP_FIXED over a umio mapping");
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let new = unsafe { rt.map_file(&b, opts) }.expect("MAP_FIXED over a umio mapping");
         assert_eq!(new.as_ptr() as usize, at);
         assert_eq!(new.as_slice(), &b_data[..], "the new mapping's bytes");
 
@@ -157,7 +156,8 @@ fn fixed_map_over_a_whole_older_mapping_replaces_it() {
         write_byte(base + 3 * BIG, 0xC3);
         // SAFETY: the range is all of `old`, which nothing borrows.
         let opts = unsafe { MapOptions::new().len(8 * BIG).fixed_address(base) };
-        let new = rt.map_file(&b, opts).unwrap();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let new = unsafe { rt.map_file(&b, opts) }.unwrap();
         assert_eq!(new.as_ptr() as usize, base);
         assert_eq!(new.as_slice(), &b_data[..]);
         assert_eq!(
@@ -192,7 +192,8 @@ fn fixed_map_may_not_split_an_older_page_in_use() {
         for at in [base + SMALL, base + BIG + SMALL] {
             // SAFETY: refused: nothing is replaced.
             let opts = unsafe { MapOptions::new().len(SMALL).fixed_address(at) };
-            let e = rt.map_file(&b, opts).unwrap_err();
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            let e = unsafe { rt.map_file(&b, opts) }.unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
             assert_eq!(e.errno(), libc::EINVAL);
         }
@@ -200,7 +201,8 @@ fn fixed_map_may_not_split_an_older_page_in_use() {
         // SAFETY: refused before anything is mapped (what lies below
         // `base` is left alone).
         let opts = unsafe { MapOptions::new().len(2 * SMALL).fixed_address(base - SMALL) };
-        let e = rt.map_file(&b, opts).unwrap_err();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let e = unsafe { rt.map_file(&b, opts) }.unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{e}");
         // Nothing changed: the whole mapping is there, dirty byte included.
         assert_eq!(old.mapped_bytes(), 4 * BIG);
@@ -228,7 +230,8 @@ fn fixed_map_may_take_the_unused_end_of_an_older_last_page() {
         let at = base + BIG;
         // SAFETY: the range is `old`'s last page, which nothing borrows.
         let opts = unsafe { MapOptions::new().len(2 * SMALL).fixed_address(at) };
-        let new = rt.map_file(&b, opts).unwrap();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let new = unsafe { rt.map_file(&b, opts) }.unwrap();
         assert_eq!(new.as_slice(), &b_data[..2 * SMALL]);
         assert_eq!(old.mapped_bytes(), BIG);
         let mut want = a_data.clone();
@@ -252,14 +255,16 @@ fn fixed_address_noreplace_refuses_any_overlap() {
             .len(SMALL)
             .page_size(SMALL)
             .fixed_address_noreplace(base + BIG);
-        let e = rt.map_file(&a, opts).unwrap_err();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let e = unsafe { rt.map_file(&a, opts) }.unwrap_err();
         assert!(matches!(e, Error::Overlap), "{e}");
         assert_eq!(e.errno(), libc::EEXIST);
         // Memory that is not umio's is refused as well.
         let other = vec![0u8; 4 * SMALL];
         let page = (other.as_ptr() as usize).next_multiple_of(SMALL);
         let opts = MapOptions::new().len(SMALL).fixed_address_noreplace(page);
-        let e = rt.map_file(&a, opts).unwrap_err();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let e = unsafe { rt.map_file(&a, opts) }.unwrap_err();
         assert!(matches!(e, Error::Overlap), "{e}");
         assert_eq!(old.mapped_bytes(), 4 * BIG);
         assert_eq!(old.as_slice(), &a_data[..]);
@@ -282,7 +287,8 @@ fn fixed_address_noreplace_refuses_any_overlap() {
                 p as usize
             };
             let opts = MapOptions::new().len(SMALL).fixed_address_noreplace(free);
-            rt.map_file(&a, opts).ok().map(|m| (free, m))
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            unsafe { rt.map_file(&a, opts) }.ok().map(|m| (free, m))
         });
         let (free, m) = mapped.expect("a free range is mapped");
         assert_eq!(m.as_ptr() as usize, free);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::{CountingStore, MemoryStore};
-use umio::{Advice, MapOptions, Mapping, PrefetchKind, Runtime};
+use umio::{Advice, MapOptions, Mapping, PrefetchKind, Runtime, UncheckedAdvice};
 
 use common::rw_file_with;
 
@@ -51,9 +51,12 @@ fn flush_right_after_a_write_makes_it_durable() {
             sc.spawn(move || {
                 for i in 0..60u8 {
                     let store = Arc::new(MemoryStore::new(vec![0xFF; 64 << 10]));
-                    let mut m = rt
-                        .map(MapOptions::new().store(store.clone()).writable(true))
-                        .unwrap();
+                    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+                    let mut m =
+                        unsafe { rt.map(MapOptions::new().store(store.clone()).writable(true)) }
+                            .unwrap()
+                            .into_mut()
+                            .unwrap();
                     let read_first = i % 2 == 1;
                     if read_first {
                         assert_eq!(m.as_slice()[0], 0xFF);
@@ -78,21 +81,23 @@ fn writes_after_a_flush_are_made_durable_by_the_next() {
     let data = pattern(STORE_LEN);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime(4 << 20);
-    let mut m = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     let mut model = data.clone();
     m.as_mut_slice()[PAGE + 1] = 1;
     model[PAGE + 1] = 1;
     m.flush().unwrap();
     assert_eq!(std::fs::read(tmp.path()).unwrap(), model);
-    assert_eq!(m.dirty_pages(), 0);
+    assert_eq!(m.mapping().dirty_pages(), 0);
     // The same page again (clean now, write-protected), and a new one.
     m.as_mut_slice()[PAGE + 2] = 2;
     m.as_mut_slice()[9 * PAGE] = 3;
     model[PAGE + 2] = 2;
     model[9 * PAGE] = 3;
-    assert_eq!(m.dirty_pages(), 2);
+    assert_eq!(m.mapping().dirty_pages(), 2);
     m.flush().unwrap();
     assert_eq!(std::fs::read(tmp.path()).unwrap(), model);
     // And a third time, the whole mapping rewritten.
@@ -118,20 +123,22 @@ fn flush_of_a_clean_mapping_writes_nothing() {
 fn flush_range_writes_only_its_pages() {
     let rt = runtime(4 << 20);
     let store = counted();
-    let mut m = map(&rt, &store, true, PrefetchKind::None);
+    let mut m = map(&rt, &store, true, PrefetchKind::None)
+        .into_mut()
+        .unwrap();
     m.as_mut_slice()[PAGE + 7] = 0xA1;
     m.as_mut_slice()[5 * PAGE + 7] = 0xA5;
-    assert_eq!(m.dirty_pages(), 2);
+    assert_eq!(m.mapping().dirty_pages(), 2);
     // Any range overlapping page 1 flushes it, and only it.
     m.flush_range(2 * PAGE - 1..2 * PAGE).unwrap();
     let snap = store.inner().snapshot();
     assert_eq!(snap[PAGE + 7], 0xA1);
     assert_eq!(snap[5 * PAGE + 7], pattern(STORE_LEN)[5 * PAGE + 7]);
-    assert_eq!(m.dirty_pages(), 1);
+    assert_eq!(m.mapping().dirty_pages(), 1);
     assert_eq!(store.counts().writes, 1);
     m.flush().unwrap();
     assert_eq!(store.inner().snapshot()[5 * PAGE + 7], 0xA5);
-    assert_eq!(m.dirty_pages(), 0);
+    assert_eq!(m.mapping().dirty_pages(), 0);
 }
 
 #[test]
@@ -139,19 +146,26 @@ fn dont_need_discards_unflushed_changes() {
     let rt = runtime(4 << 20);
     let store = counted();
     let data = pattern(STORE_LEN);
-    let mut m = map(&rt, &store, true, PrefetchKind::None);
+    let mut m = map(&rt, &store, true, PrefetchKind::None)
+        .into_mut()
+        .unwrap();
     // Page 2: flushed change, then an unflushed one. Page 3: unflushed.
     m.as_mut_slice()[2 * PAGE] = 0x11;
     m.flush().unwrap();
     m.as_mut_slice()[2 * PAGE + 1] = 0x22;
     m.as_mut_slice()[3 * PAGE] = 0x33;
-    assert_eq!(m.dirty_pages(), 2);
-    let resident = m.resident_pages();
+    assert_eq!(m.mapping().dirty_pages(), 2);
+    let resident = m.mapping().resident_pages();
     let used = rt.stats().resident_bytes;
-    m.advise(2 * PAGE..4 * PAGE, Advice::DontNeed).unwrap();
-    assert_eq!(m.dirty_pages(), 0, "discarded pages are not dirty");
-    assert_eq!(m.resident_pages(), resident - 2);
-    assert!(!m.is_resident(2 * PAGE) && !m.is_resident(3 * PAGE));
+    m.advise_mut(2 * PAGE..4 * PAGE, UncheckedAdvice::DontNeed)
+        .unwrap();
+    assert_eq!(
+        m.mapping().dirty_pages(),
+        0,
+        "discarded pages are not dirty"
+    );
+    assert_eq!(m.mapping().resident_pages(), resident - 2);
+    assert!(!m.mapping().is_resident(2 * PAGE) && !m.mapping().is_resident(3 * PAGE));
     assert!(
         rt.stats().resident_bytes <= used - 2 * PAGE as u64,
         "DontNeed gave the pages back to the cache"

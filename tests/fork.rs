@@ -65,23 +65,28 @@ fn forked_child_does_not_inherit_regions() {
         .page_size(16 << 10)
         .build()
         .unwrap();
-    let ro = rt.map_file(&file, MapOptions::new()).unwrap();
-    let mut rw = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let ro = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut rw = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .offset(64 << 10)
                 .len(100_000)
                 .writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     // Some pages resident (clean and dirty), most not.
     assert_eq!(ro.as_slice()[..4096], data[..4096]);
     rw.as_mut_slice()[10] = 0x77;
     assert!(ro.is_resident(0) && !ro.is_resident(512 << 10));
 
     let (ro_addr, ro_len) = range_of(&ro);
-    let (rw_addr, rw_len) = range_of(&rw);
+    let (rw_addr, rw_len) = range_of(rw.mapping());
     let status = child_sees_unmapped(&[
         (ro_addr, ro_len),
         (rw_addr, rw_len),

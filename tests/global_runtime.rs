@@ -17,8 +17,8 @@ fn global_runtime_is_shared_and_maps() {
     assert!(std::ptr::eq(a, b), "one runtime per process");
     let mut tmp = tempfile::NamedTempFile::new().unwrap();
     tmp.write_all(&[42u8; 100_000]).unwrap();
-    let map = a
-        .map_file(tmp.as_file(), umio::MapOptions::new())
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { a.map_file(tmp.as_file(), umio::MapOptions::new()) }
         .expect("map through the global runtime");
     assert!(map.as_slice().iter().all(|&x| x == 42));
     map.unmap().unwrap();
@@ -172,9 +172,8 @@ fn fork_child_body() {
     let parent = umio::Runtime::global().expect("global runtime");
     let mut tmp = tempfile::NamedTempFile::new().unwrap();
     tmp.write_all(&[7u8; 256 << 10]).unwrap();
-    let map = parent
-        .map_file(tmp.as_file(), umio::MapOptions::new())
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { parent.map_file(tmp.as_file(), umio::MapOptions::new()) }.unwrap();
     assert!(map.as_slice()[..128 << 10].iter().all(|&x| x == 7));
     // SAFETY: the child uses umio (glibc's fork leaves malloc usable, and
     // no umio lock is held: this thread holds none, umio's threads take no
@@ -186,7 +185,8 @@ fn fork_child_body() {
             Err(_) => 1,
             // The parent's: its threads are not in this process.
             Ok(rt) if std::ptr::eq(rt, parent) => 2,
-            Ok(rt) => match rt.map_file(tmp.as_file(), umio::MapOptions::new()) {
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            Ok(rt) => match unsafe { rt.map_file(tmp.as_file(), umio::MapOptions::new()) } {
                 Ok(m) if m.as_slice().iter().all(|&x| x == 7) => 0,
                 Ok(_) => 3,
                 Err(_) => 4,

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umio::backends::FileStore;
-use umio::{Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store};
+use umio::{
+    Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store, UncheckedAdvice,
+};
 
 use common::{Rng, assert_same, random_bytes, rw_file_with};
 
@@ -25,10 +27,13 @@ fn runtime(cache: u64) -> Runtime {
 }
 
 fn map(rt: &Runtime, file: &std::fs::File, opts: MapOptions) -> Mapping {
-    rt.map(
-        opts.store(Arc::new(FileStore::new(file).unwrap()))
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            opts.store(Arc::new(FileStore::new(file).unwrap()))
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -76,7 +81,9 @@ fn promotion_keeps_every_byte_with_writers_running() {
         MapOptions::new()
             .writable(true)
             .promote(PromoteKind::Always),
-    );
+    )
+    .into_mut()
+    .unwrap();
     let mut model = data.clone();
     let quarter = len / 4;
     {
@@ -111,7 +118,7 @@ fn promotion_keeps_every_byte_with_writers_running() {
     let st = rt.stats();
     assert!(st.promotions_done >= 4, "{st:?}");
     assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
-    assert!(m.promoted_ranges() >= 4);
+    assert!(m.mapping().promoted_ranges() >= 4);
     assert!(
         anon_huge_kb(m.as_ptr() as usize) >= 4 * 2048,
         "promoted ranges are not huge pages"
@@ -137,30 +144,36 @@ fn promoted_range_is_dirtied_and_written_back_whole() {
     let data = random_bytes(len, 22);
     let (tmp, file) = rw_file_with(&data);
     let rt = runtime(64 << 20);
-    let mut m = map(&rt, &file, MapOptions::new().writable(true));
-    m.advise(2 * MIB..4 * MIB, Advice::Huge).unwrap();
+    let mut m = map(&rt, &file, MapOptions::new().writable(true))
+        .into_mut()
+        .unwrap();
+    m.mapping().advise(2 * MIB..4 * MIB, Advice::Huge).unwrap();
     assert_eq!(m.as_slice()[2 * MIB + 100], data[2 * MIB + 100]);
     // Done, not only marked promoted: a range counts as promoted while its
     // pages are still held busy, and a flush meanwhile skips them.
     wait("the advised range to be promoted", || {
-        m.promoted_ranges() == 1 && rt.stats().promotions_done == 1
+        m.mapping().promoted_ranges() == 1 && rt.stats().promotions_done == 1
     });
     // Promotion made the range writable without faults: all 512 dirty.
     m.flush().unwrap();
-    assert_eq!(m.dirty_pages(), 0);
-    let before = m.stats().bytes_written;
+    assert_eq!(m.mapping().dirty_pages(), 0);
+    let before = m.mapping().stats().bytes_written;
     m.as_mut_slice()[3 * MIB] = 0x42;
-    assert_eq!(m.dirty_pages(), 512, "one write dirties the promoted range");
-    assert_eq!(m.promoted_ranges(), 1, "the range stays promoted");
+    assert_eq!(
+        m.mapping().dirty_pages(),
+        512,
+        "one write dirties the promoted range"
+    );
+    assert_eq!(m.mapping().promoted_ranges(), 1, "the range stays promoted");
     m.flush().unwrap();
-    assert_eq!(m.stats().bytes_written - before, 2 * MIB as u64);
+    assert_eq!(m.mapping().stats().bytes_written - before, 2 * MIB as u64);
     let mut want = data.clone();
     want[3 * MIB] = 0x42;
     assert_same(&std::fs::read(tmp.path()).unwrap(), &want, "file");
     // Outside the advised range nothing is promoted.
     assert_eq!(m.as_slice()[6 * MIB], data[6 * MIB]);
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(m.promoted_ranges(), 1);
+    assert_eq!(m.mapping().promoted_ranges(), 1);
     assert!(rt.stats().promotions <= 1);
 }
 
@@ -174,7 +187,7 @@ fn promoted_ranges_are_evicted_and_never_promoted_twice_at_once() {
     let data = random_bytes(len, 23);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime(8 << 20);
-    let m = map(
+    let mut m = map(
         &rt,
         &file,
         MapOptions::new().promote(PromoteKind::Sequential),
@@ -192,7 +205,8 @@ fn promoted_ranges_are_evicted_and_never_promoted_twice_at_once() {
     // Threads hammering one range at once: one promotion. The cache is
     // emptied first, so that nothing evicts the range (which would let it
     // be promoted again, one promotion after the other) meanwhile.
-    m.advise(0..len, Advice::DontNeed).unwrap();
+    m.advise_mut(0..len, UncheckedAdvice::DontNeed).unwrap();
+    let s = m.as_slice();
     let before = rt.stats().promotions;
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
@@ -274,9 +288,11 @@ fn hugetlb_regions_with_and_without_reserved_pages() {
             .fillers(2)
             .build()
             .unwrap();
-        let mut m = map(&rt, &file, MapOptions::new().writable(true).hugetlb(false));
-        assert!(m.is_hugetlb());
-        assert_eq!(m.page_size(), 2 * MIB);
+        let mut m = map(&rt, &file, MapOptions::new().writable(true).hugetlb(false))
+            .into_mut()
+            .unwrap();
+        assert!(m.mapping().is_hugetlb());
+        assert_eq!(m.mapping().page_size(), 2 * MIB);
         assert_same(m.as_slice(), &data, "hugetlb read");
         let st = rt.stats();
         assert!(st.huge_faults >= 13 && st.huge_faults < 40, "{st:?}");
@@ -300,15 +316,13 @@ fn hugetlb_regions_with_and_without_reserved_pages() {
     }
     let rt = runtime(8 << 20);
     let store = Arc::new(FileStore::new(&file).unwrap());
-    let e = rt
-        .map(MapOptions::new().store(store.clone()).hugetlb(false))
-        .unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map(MapOptions::new().store(store.clone()).hugetlb(false)) }.unwrap_err();
     assert!(matches!(e, Error::HugePagesUnavailable), "{e}");
     assert_eq!(e.errno(), libc::ENOMEM);
     assert!(e.to_string().contains("nr_hugepages"));
-    let m = rt
-        .map(MapOptions::new().store(store.clone()).hugetlb(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe { rt.map(MapOptions::new().store(store.clone()).hugetlb(true)) }.unwrap();
     assert!(!m.is_hugetlb());
     assert_eq!(m.page_size(), 2 * MIB);
     let mut want = vec![0u8; len];
@@ -423,13 +437,15 @@ fn huge_page_pool_is_validated() {
     let (_t, f) = common::file_with(&data);
     let m = map(&rt, &f, MapOptions::new().page_size(2 * MIB));
     assert_same(&read_all(&m), &data, "2 MiB pages in the huge pool");
-    let e = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(Arc::new(FileStore::new(&f).unwrap()))
                 .page_size(512 << 10),
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument(_)),
         "512 KiB pages go to the 1 MiB regular pool: {e:?}"
@@ -527,7 +543,9 @@ fn two_mib_pages_of_ordinary_memory_track_first_writes_through_eviction() {
             &rt,
             &file,
             MapOptions::new().page_size(2 * MIB).writable(true),
-        );
+        )
+        .into_mut()
+        .unwrap();
         assert_same(m.as_slice(), &model, &format!("round {round}: read"));
         // Writes to pages filled by reads (write-protected, so that the
         // first write is seen) reach the file, through eviction too.

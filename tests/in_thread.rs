@@ -72,14 +72,18 @@ fn reads_writes_and_eviction_are_served_in_the_faulting_thread() {
     let data = random_bytes(8 << 20, 1);
     let (tmp, f) = rw_file_with(&data);
     let rt = in_thread(2 << 20);
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &f,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert_same(&map, &data, "first read");
     // Writes to clean pages (write-protect faults) and misses on write,
     // under eviction: the cache holds a quarter of the file.
@@ -119,8 +123,8 @@ fn concurrent_faults_on_one_page_read_the_store_once() {
     let (_tmp, f) = file_with(&data);
     let rt = in_thread(64 << 20);
     let map = Arc::new(
-        rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
-            .unwrap(),
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None)) }.unwrap(),
     );
     let sums: Vec<u64> = (0..8)
         .map(|_| {
@@ -151,9 +155,8 @@ fn system_calls_on_non_resident_pages_fail_until_populated() {
     let data = random_bytes(1 << 20, 3);
     let (_tmp, f) = file_with(&data);
     let rt = in_thread(16 << 20);
-    let map = rt
-        .map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None)) }.unwrap();
     let (_t2, out) = rw_file_with(&[]);
     // write(2) from a non-resident mapped buffer: the kernel's own access
     // is not delivered as a signal.
@@ -172,17 +175,21 @@ fn system_calls_on_non_resident_pages_fail_until_populated() {
     // read(2) into a writable mapping: clean pages are write-protected, so
     // populate for write first.
     let (_t3, wf) = rw_file_with(&data);
-    let mut wmap = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut wmap = unsafe {
+        rt.map_file(
             &wf,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     let src = random_bytes(65536, 4);
     let (_t4, srcf) = file_with(&src);
-    wmap.populate(0..65536, false).unwrap();
+    wmap.mapping().populate(0..65536, false).unwrap();
     // SAFETY: a writable mapping of 64 KiB at least.
     let r = unsafe {
         libc::pread(
@@ -197,7 +204,10 @@ fn system_calls_on_non_resident_pages_fail_until_populated() {
         r == -1 && e == Some(libc::EFAULT),
         "read into clean pages: {r}, {e:?}"
     );
-    assert!(wmap.populate(0..65536, true).is_ok(), "populate for write");
+    assert!(
+        wmap.mapping().populate(0..65536, true).is_ok(),
+        "populate for write"
+    );
     // SAFETY: as above.
     let r = unsafe {
         libc::pread(
@@ -227,7 +237,8 @@ fn a_thread_that_blocks_sigbus_cannot_map() {
             libc::sigaddset(&mut set, libc::SIGBUS);
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         }
-        rt.map_file(&f, MapOptions::new()).map(|_| ())
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&f, MapOptions::new()) }.map(|_| ())
     });
     let r = h.join().unwrap();
     assert!(
@@ -254,9 +265,8 @@ fn faults_from_an_application_signal_handler_and_with_signals_pending() {
     let data = random_bytes(1 << 20, 6);
     let (_tmp, f) = file_with(&data);
     let rt = in_thread(16 << 20);
-    let map = rt
-        .map_file(&f, MapOptions::new().prefetch(PrefetchKind::None))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&f, MapOptions::new().prefetch(PrefetchKind::None)) }.unwrap();
     // A SIGUSR1 handler of the application's own reads a non-resident page.
     // SAFETY: installs a plain handler for SIGUSR1.
     unsafe {
@@ -324,13 +334,15 @@ fn a_failed_read_raises_sigbus_in_the_application_s_handler() {
     let rt = in_thread(16 << 20);
     let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![7u8; 1 << 20])));
     store.fail_reads(FaultTrigger::Offsets(40960..45056), libc::EIO);
-    let map = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(store.clone())
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(map[0], 7, "a good page reads");
     EXPECT.store(map.as_ptr() as usize + 40960, Ordering::SeqCst);
     let v = map[40960 + 17];
@@ -349,9 +361,9 @@ fn a_failed_read_without_a_handler_kills_with_sigbus() {
     let rt = in_thread(16 << 20);
     let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![7u8; 1 << 20])));
     store.fail_reads(FaultTrigger::Offsets(8192..12288), libc::EIO);
-    let map = rt
-        .map(MapOptions::new().store(store).prefetch(PrefetchKind::None))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map =
+        unsafe { rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None)) }.unwrap();
     assert_eq!(map[0], 7);
     let v = map[8192];
     eprintln!("the failed page read {v}: no SIGBUS");
@@ -392,7 +404,8 @@ fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
     let rt = in_thread(16 << 20);
     let data = random_bytes(1 << 16, 8);
     let (_tmp, f) = file_with(&data);
-    let map = rt.map_file(&f, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&f, MapOptions::new()) }.unwrap();
     // A kernel mapping past the end of its file: SIGBUS, BUS_ADRERR, at an
     // address that is not umio's.
     let (_t2, small) = rw_file_with(&[1u8; 4096]);
@@ -429,9 +442,11 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
         return;
     }
     let parent = in_thread(1 << 20);
-    let mut map = parent
-        .map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![7u8; 256 << 10]))))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        parent.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![7u8; 256 << 10]))))
+    }
+    .unwrap();
     assert!(map.iter().all(|&b| b == 7));
     let addr = map.as_ptr() as usize;
     map.unmap_range(0..64 << 10).unwrap();
@@ -454,7 +469,8 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
             // it: MAP_FIXED replaces nothing the child uses.
             let opts = unsafe { MapOptions::new().fixed_address(addr) }
                 .store(Arc::new(MemoryStore::new(vec![9u8; 128 << 10])));
-            let m = rt.map(opts).map_err(|_| 2)?;
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            let m = unsafe { rt.map(opts) }.map_err(|_| 2)?;
             if m.as_ptr() as usize != addr {
                 return Err(3);
             }
@@ -564,20 +580,27 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
         .unwrap();
     let store_a = Arc::new(GatedWrites::new(MemoryStore::new(vec![1u8; PAGES * 4096])));
     let store_a_dyn: Arc<dyn Store> = store_a.clone();
-    let mut a = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut a = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(store_a_dyn)
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     let b = Arc::new(
-        rt.map(
-            MapOptions::new()
-                .store(Arc::new(MemoryStore::new(vec![2u8; 4096])))
-                .prefetch(PrefetchKind::None),
-        )
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(Arc::new(MemoryStore::new(vec![2u8; 4096])))
+                    .prefetch(PrefetchKind::None),
+            )
+        }
         .unwrap(),
     );
     // A's pages fill the cache, dirty: a handler's own reclaim takes clean
@@ -639,14 +662,18 @@ fn a_miss_in_a_cache_full_of_dirty_pages_is_served_below_the_high_watermark() {
         .unwrap();
     let data = random_bytes(4 * PAGES * 4096, 9);
     let (tmp, f) = rw_file_with(&data);
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &f,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     // Four times the cache, every page written: from the 33rd on, each
     // miss finds only dirty pages.
     let bytes = map.as_mut_slice();

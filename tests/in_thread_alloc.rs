@@ -74,14 +74,18 @@ fn a_million_in_thread_faults_allocate_nothing() {
         .fault_service(FaultService::InThread)
         .build()
         .unwrap();
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &f,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     let base = map.as_mut_slice().as_mut_ptr();
     let mut rng = Rng::new(3);
     // One pass over every page, so that the eviction policy has grown to
@@ -137,15 +141,19 @@ fn cold_in_thread_faults_beside_promoted_ranges_allocate_nothing() {
         .fault_service(FaultService::InThread)
         .build()
         .unwrap();
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &f,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None)
                 .promote(umio::PromoteKind::Always),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     let base = map.as_mut_slice().as_mut_ptr();
     let mut rng = Rng::new(5);
     let mut model = data.clone();

@@ -55,15 +55,17 @@ fn wait_for_empty_cache(rt: &Runtime) {
 /// reads back right, twice, without waiting on space that leaked.
 fn assert_full_capacity(rt: &Runtime, store: Arc<dyn Store>, data: &[u8]) {
     let len = rt.cache_bytes() as usize;
-    let m = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(store)
                 .len(len)
                 .page_size(4 << 10)
                 .prefetch(umio::PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap();
     for _ in 0..2 {
         assert!(m.as_slice() == &data[..len]);
     }
@@ -85,15 +87,17 @@ fn twelve_hundred_regions_on_one_shared_store() {
     let mut maps: Vec<Option<Mapping>> = (0..N)
         .map(|i| {
             let (off, len, ps) = layout(i);
-            let m = rt
-                .map(
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            let m = unsafe {
+                rt.map(
                     MapOptions::new()
                         .store(store.clone())
                         .offset(off as u64)
                         .len(len)
                         .page_size(ps),
                 )
-                .unwrap_or_else(|e| panic!("mapping region {i}: {e}"));
+            }
+            .unwrap_or_else(|e| panic!("mapping region {i}: {e}"));
             Some(m)
         })
         .collect();
@@ -155,10 +159,13 @@ fn a_thousand_regions_through_map_file() {
     let maps: Vec<Mapping> = (0..N)
         .map(|i| {
             let (off, len, ps) = layout(i);
-            rt.map_file(
-                &file,
-                MapOptions::new().offset(off as u64).len(len).page_size(ps),
-            )
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            unsafe {
+                rt.map_file(
+                    &file,
+                    MapOptions::new().offset(off as u64).len(len).page_size(ps),
+                )
+            }
             .unwrap_or_else(|e| panic!("map_file of region {i}: {e}"))
         })
         .collect();
@@ -185,13 +192,16 @@ fn unmapping_regions_while_others_are_read() {
     let mut maps: Vec<Mapping> = (0..N)
         .map(|i| {
             let (off, len, ps) = layout(i);
-            rt.map(
-                MapOptions::new()
-                    .store(store.clone())
-                    .offset(off as u64)
-                    .len(len)
-                    .page_size(ps),
-            )
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            unsafe {
+                rt.map(
+                    MapOptions::new()
+                        .store(store.clone())
+                        .offset(off as u64)
+                        .len(len)
+                        .page_size(ps),
+                )
+            }
             .unwrap()
         })
         .collect();

@@ -22,9 +22,8 @@ fn an_offset_off_a_page_boundary_reads_from_that_byte() {
     let (_tmp, file) = rw_file_with(&data);
     let rt = small_runtime();
     for off in [1usize, 100, 4095, 3 * 4096 + 123] {
-        let map = rt
-            .map_file(&file, MapOptions::new().offset(off as u64))
-            .unwrap();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let map = unsafe { rt.map_file(&file, MapOptions::new().offset(off as u64)) }.unwrap();
         assert_eq!(map.offset(), off as u64);
         assert_eq!(map.len(), FILE_LEN - off, "to the end of the file");
         assert_eq!(map.as_ptr() as usize % 4096, off % 4096, "pointer skewed");
@@ -43,9 +42,9 @@ fn an_offset_off_a_page_boundary_reads_from_that_byte() {
         }
         assert!(!map.is_mapped_at(map.len()));
         // With a length: exactly those bytes.
-        let part = rt
-            .map_file(&file, MapOptions::new().offset(off as u64).len(5000))
-            .unwrap();
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let part =
+            unsafe { rt.map_file(&file, MapOptions::new().offset(off as u64).len(5000)) }.unwrap();
         assert_eq!(part.len(), 5000);
         assert_same(part.as_slice(), &data[off..off + 5000], "with a length");
     }
@@ -59,12 +58,14 @@ fn writes_at_an_unaligned_offset_land_there_and_nowhere_else() {
     let rt = small_runtime();
     let off = 5 * 4096 + 777;
     let len = 300_000;
-    let map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new().offset(off as u64).len(len).writable(true),
         )
-        .unwrap();
+    }
+    .unwrap();
     // write_at and flush_range count from the mapping's first byte too.
     map.write_at(0, b"head").unwrap();
     map.flush_range(0..4).unwrap();
@@ -88,7 +89,8 @@ fn map_copy_writes_stay_private_across_eviction() {
     // Read-only: a private mapping needs no write access to the file.
     let (tmp, file) = file_with(&data);
     let rt = small_runtime();
-    let map = rt.map_copy(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_copy(&file, MapOptions::new()) }.unwrap();
     assert!(map.is_writable());
     let mut map = map.into_mut().unwrap();
     let mut model = data.clone();
@@ -116,7 +118,8 @@ fn map_copy_writes_stay_private_across_eviction() {
         "the file is untouched",
     );
     // A shared mapping of the same file sees none of it.
-    let other = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let other = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     assert_same(&other[..], &data, "another mapping");
     drop(map);
     assert_same(&std::fs::read(tmp.path()).unwrap(), &data, "after unmap");
@@ -128,9 +131,9 @@ fn map_copy_at_an_unaligned_offset() {
     let (tmp, file) = file_with(&data);
     let rt = small_runtime();
     let off = 4096 + 1;
-    let map = rt
-        .map_copy(&file, MapOptions::new().offset(off as u64).len(10_000))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map =
+        unsafe { rt.map_copy(&file, MapOptions::new().offset(off as u64).len(10_000)) }.unwrap();
     let mut map = map.into_mut().unwrap();
     map[0] = !data[off];
     assert_eq!(map[0], !data[off]);
@@ -144,9 +147,9 @@ fn flush_async_puts_the_data_where_read_sees_it() {
     let data = random_bytes(FILE_LEN, 15);
     let (tmp, file) = rw_file_with(&data);
     let rt = small_runtime();
-    let map = rt
-        .map_file(&file, MapOptions::new().len(64 << 10).writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map =
+        unsafe { rt.map_file(&file, MapOptions::new().len(64 << 10).writable(true)) }.unwrap();
     let mut map = map.into_mut().unwrap();
     map[..4096].fill(0x5A);
     assert_eq!(map.mapping().dirty_pages(), 1);
@@ -166,9 +169,8 @@ fn flush_async_on_an_unmapped_mapping_is_not_mapped() {
     let data = random_bytes(64 << 10, 16);
     let (_tmp, file) = rw_file_with(&data);
     let rt = small_runtime();
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     map.unmap_range(0..64 << 10).unwrap();
     assert!(matches!(map.flush_async(), Err(Error::NotMapped)));
 }

@@ -18,9 +18,8 @@ fn read_only_at(offset: usize, page_size: usize) {
     let data = random_bytes(FILE_LEN, offset as u64 + page_size as u64);
     let (_tmp, file) = rw_file_with(&data);
     let rt = small_runtime(page_size);
-    let map = rt
-        .map_file(&file, MapOptions::new().offset(offset as u64))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().offset(offset as u64)) }.unwrap();
     assert_eq!(map.offset(), offset as u64);
     assert_eq!(
         map.len(),
@@ -62,9 +61,8 @@ fn read_only_offset_with_len() {
     let (_tmp, file) = rw_file_with(&data);
     let rt = small_runtime(16 << 10);
     let (off, len) = (1 << 20, 300_001);
-    let map = rt
-        .map_file(&file, MapOptions::new().offset(off as u64).len(len))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().offset(off as u64).len(len)) }.unwrap();
     assert_eq!(map.len(), len);
     assert_same(map.as_slice(), &data[off..off + len], "offset 1 MiB, len");
 }
@@ -75,12 +73,16 @@ fn writes_land_at_offset_plus_i() {
     let (tmp, file) = rw_file_with(&data);
     let rt = small_runtime(16 << 10);
     let (off, len) = (12288usize, 700_000usize);
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new().offset(off as u64).len(len).writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     let mut model = data.clone();
     let mut rng = Rng::new(11);
     let s = map.as_mut_slice();
@@ -125,18 +127,20 @@ fn two_regions_at_different_offsets_agree() {
     let data = random_bytes(FILE_LEN, 12);
     let (_tmp, file) = rw_file_with(&data);
     let rt = small_runtime(8 << 10);
-    let a = rt.map_file(&file, MapOptions::new()).unwrap();
-    let b = rt
-        .map_file(&file, MapOptions::new().offset(1 << 20).len(64 << 10))
-        .unwrap();
-    let c = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let a = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let b = unsafe { rt.map_file(&file, MapOptions::new().offset(1 << 20).len(64 << 10)) }.unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let c = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .offset((1 << 20) + 4096)
                 .page_size(64 << 10),
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_same(
         b.as_slice(),
         &a.as_slice()[1 << 20..(1 << 20) + (64 << 10)],

@@ -85,7 +85,8 @@ fn random_reads_then_share(rt: Runtime, dir: PathBuf, opts: MapOptions) -> f64 {
     let data = random_bytes(len, 19);
     let (_tmp, f) = file_in(&dir, &data);
     assert!(share_cached(&f) < 0.01, "the file was not dropped first");
-    let map = rt.map_file(&f, opts).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&f, opts) }.unwrap();
     let pages = len / 4096;
     let mut order: Vec<usize> = (0..pages).collect();
     let mut rng = Rng::new(7);
@@ -159,8 +160,10 @@ fn partial_last_page_round_trip(dir: PathBuf, dio: bool) {
     let data = random_bytes(len, 23);
     let (tmp, f) = file_in(&dir, &data);
     let rt = common::runtime(1 << 20, 4096, 1);
-    let mut map = rt
-        .map_file(&f, MapOptions::new().writable(true).page_size(4096))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&f, MapOptions::new().writable(true).page_size(4096)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     assert_eq!(map.len(), len);
     assert_same(map.as_slice(), &data, "mapped file");

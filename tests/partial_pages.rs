@@ -79,7 +79,8 @@ fn run_case(rt: &Runtime, c: Case) -> Result<(), String> {
         .len(c.len)
         .page_size(c.page)
         .writable(c.writable);
-    let map = match rt.map_file(&file, opts) {
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = match unsafe { rt.map_file(&file, opts) } {
         Err(Error::ReadOnlyStore) if c.writable && !c.fd_rw => return Ok(()),
         Err(e) => panic!("{what}: map failed: {e}"),
         Ok(_) if c.writable && !c.fd_rw => panic!("{what}: writable over a read-only fd"),
@@ -204,7 +205,8 @@ fn a_clean_page_dropped_behind_umios_back_is_filled_again() {
     let rt = common::runtime(16 << 20, page, 2);
     let data = nonzero(4 * page, 7);
     let (_tmp, file) = common::file_with(&data);
-    let map = rt.map_file(&file, MapOptions::new().len(4 * page)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().len(4 * page)) }.unwrap();
     let base = map.as_ptr() as usize;
     assert_eq!(map.as_slice()[page + 5], data[page + 5]);
     // SAFETY: the page is umio's, resident and clean; DONTNEED drops its
@@ -249,8 +251,10 @@ fn dirty_dropped_child() {
     let rt = common::runtime(16 << 20, page, 2);
     let data = nonzero(4 * page, 9);
     let (_tmp, file) = common::rw_file_with(&data);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().len(4 * page).writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().len(4 * page).writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     map.as_mut_slice()[page + 5] = 0;
     let base = map.as_ptr() as usize;

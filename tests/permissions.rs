@@ -119,15 +119,19 @@ fn unprivileged_child_body() {
     let src_data = common::random_bytes(PAGE, 12);
     let (_src_tmp, src) = common::file_with(&src_data);
     let mut out = tempfile::tempfile().unwrap();
-    let mut m = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe {
+        rt.map_file(
             &file,
             MapOptions::new()
                 .writable(true)
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
-    let base = m.as_ptr();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
+    let base = m.as_mut_ptr();
     let page = |i: usize| i * PAGE..(i + 1) * PAGE;
 
     // Plain loads and stores, flushed to the file, work in every mode.
@@ -142,7 +146,7 @@ fn unprivileged_child_body() {
     report("plain", "ok");
 
     // write(2) from a page never touched.
-    assert!(!m.is_resident(8 * PAGE));
+    assert!(!m.mapping().is_resident(8 * PAGE));
     // SAFETY: page 8 lies inside the mapping.
     let r = write_from(&out, unsafe { base.add(8 * PAGE) });
     if r == "ok" {
@@ -155,7 +159,7 @@ fn unprivileged_child_body() {
     report("write_nonresident", r);
 
     // read(2) into a page never touched.
-    assert!(!m.is_resident(9 * PAGE));
+    assert!(!m.mapping().is_resident(9 * PAGE));
     // SAFETY: page 9 lies inside the mapping; no slice is held.
     let r = read_into(&src, unsafe { base.add(9 * PAGE) });
     if r == "ok" {
@@ -165,8 +169,8 @@ fn unprivileged_child_body() {
 
     // Pinned pages are resident: the kernel can read them. It can write
     // them only once they are dirty (a clean page is write-protected).
-    m.pin(10 * PAGE..12 * PAGE).unwrap();
-    assert!(m.is_resident(10 * PAGE) && m.is_resident(11 * PAGE));
+    m.mapping().pin(10 * PAGE..12 * PAGE).unwrap();
+    assert!(m.mapping().is_resident(10 * PAGE) && m.mapping().is_resident(11 * PAGE));
     // SAFETY: page 10 lies inside the mapping.
     let r = write_from(&out, unsafe { base.add(10 * PAGE) });
     assert_eq!(r, "ok", "write(2) from a pinned page");
@@ -189,12 +193,12 @@ fn unprivileged_child_body() {
     assert_eq!(r, "ok", "read(2) into a pinned, dirty page");
     common::assert_same(&m.as_slice()[page(11)], &src_data, "read(2) into page 11");
     report("read_pinned_dirty", r);
-    m.unpin(10 * PAGE..12 * PAGE).unwrap();
+    m.mapping().unpin(10 * PAGE..12 * PAGE).unwrap();
 
     // Prefetch, then wait for the page to be resident.
-    m.prefetch(page(12)).unwrap();
+    m.mapping().prefetch(page(12)).unwrap();
     common::eventually("page 12 prefetched", Duration::from_millis(1), || {
-        m.is_resident(12 * PAGE)
+        m.mapping().is_resident(12 * PAGE)
     });
     // SAFETY: page 12 lies inside the mapping.
     let r = write_from(&out, unsafe { base.add(12 * PAGE) });

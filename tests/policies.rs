@@ -41,8 +41,8 @@ fn runtime_with(policy: PolicyKind, cache_pages: usize) -> Runtime {
 }
 
 fn map_memory(rt: &Runtime, store: Arc<dyn Store>, writable: bool) -> Mapping {
-    rt.map(MapOptions::new().store(store).writable(writable))
-        .unwrap()
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe { rt.map(MapOptions::new().store(store).writable(writable)) }.unwrap()
 }
 
 /// Reads one byte of page `p` (volatile: the access must happen).
@@ -115,10 +115,10 @@ fn no_policy_drops_a_dirty_page_before_writing_it_back_or_overfills_the_cache_of
         let rt = runtime_with(policy, cache_pages);
         let initial = random_bytes(pages * PS, seed as u64);
         let store = Arc::new(MemoryStore::new(initial.clone()));
-        let mut map = map_memory(&rt, store.clone(), true);
+        let mut map = map_memory(&rt, store.clone(), true).into_mut().unwrap();
         let mut model = initial;
         let pinned = [5usize, 6];
-        map.pin(5 * PS..7 * PS).unwrap();
+        map.mapping().pin(5 * PS..7 * PS).unwrap();
         let mut rng = Rng::new(100 + seed as u64);
         for op in 0..1500 {
             // Mostly a few hot pages, sometimes anywhere.
@@ -138,7 +138,7 @@ fn no_policy_drops_a_dirty_page_before_writing_it_back_or_overfills_the_cache_of
             // Nothing is being evicted now (no evictor thread; the filler
             // evicts before it resolves a miss): every page that is not
             // resident must hold its last write in the store.
-            let lost = lost_writes(&map, &store, &model);
+            let lost = lost_writes(map.mapping(), &store, &model);
             assert!(
                 lost.is_empty(),
                 "{policy}, op {op}: pages {lost:?} lost writes"
@@ -151,7 +151,10 @@ fn no_policy_drops_a_dirty_page_before_writing_it_back_or_overfills_the_cache_of
                 rt.cache_bytes()
             );
             for &q in &pinned {
-                assert!(map.is_resident(q * PS), "{policy}: pinned page {q} evicted");
+                assert!(
+                    map.mapping().is_resident(q * PS),
+                    "{policy}: pinned page {q} evicted"
+                );
             }
         }
         let stats = rt.stats();
@@ -237,13 +240,15 @@ fn stride_prefetch_fetches_ahead_of_a_strided_reader_forward_and_backward_when_f
             .fault_service(umio::FaultService::Fillers)
             .build()
             .unwrap();
-        let map = rt
-            .map(
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let map = unsafe {
+            rt.map(
                 MapOptions::new()
                     .store(Arc::new(MemoryStore::new(data.clone())))
                     .prefetch(kind),
             )
-            .unwrap();
+        }
+        .unwrap();
         // Every 5th page forward, then every 3rd page backward.
         let forward = (0..pages).step_by(5);
         let backward = (0..pages).rev().step_by(3).filter(|p| p % 5 != 0);
@@ -296,15 +301,19 @@ impl Prefetcher for Recorder {
 fn a_prefetcher_sees_misses_and_first_writes_and_its_ranges_are_filled() {
     let rt = runtime_with(PolicyKind::default(), 64);
     let recorder = Arc::new(Recorder::default());
-    let mut map = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(Arc::new(MemoryStore::new(vec![0; 16 * PS])))
                 .writable(true)
                 .prefetcher(recorder.clone()),
         )
-        .unwrap();
-    assert_eq!(touch(&map, 3), 0); // read miss
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
+    assert_eq!(touch(map.mapping(), 3), 0); // read miss
     map.as_mut_slice()[3 * PS] = 1; // first write to the clean page
     map.as_mut_slice()[8 * PS] = 1; // write miss
     // The filler shows the fault after it woke the faulting thread.
@@ -321,7 +330,7 @@ fn a_prefetcher_sees_misses_and_first_writes_and_its_ranges_are_filled() {
         ]
     );
     eventually("page 4 prefetched", Duration::from_millis(5), || {
-        map.is_resident(4 * PS)
+        map.mapping().is_resident(4 * PS)
     });
-    assert_eq!(map.stats().prefetched, 1);
+    assert_eq!(map.mapping().stats().prefetched, 1);
 }

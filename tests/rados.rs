@@ -164,12 +164,15 @@ fn contents(cluster: &Cluster, prefix: &str) -> Vec<u8> {
 }
 
 fn map(rt: &Runtime, store: &Arc<RadosStore>, writable: bool) -> umio::Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(writable)
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(writable)
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -230,17 +233,17 @@ fn writes_persist_through_eviction_and_flush() {
     let prefix = unique("writes");
     let store = create_with(cluster, &prefix, &data);
     let rt = runtime(256 << 10, 4096, 2);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     let mut model = data.clone();
     write_random_runs_in_halves(m.as_mut_slice(), &mut model, 300, "mapping");
     m.flush().unwrap();
-    assert_eq!(m.dirty_pages(), 0);
-    assert!(m.stats().evictions > 0, "nothing was evicted");
+    assert_eq!(m.mapping().dirty_pages(), 0);
+    assert!(m.mapping().stats().evictions > 0, "nothing was evicted");
     assert_same(&contents(cluster, &prefix), &model, "fresh connection");
     m.unmap().unwrap();
 }
 
-/// `Advice::Remove` on a RADOS mapping: dirty bytes around the range are
+/// `UncheckedAdvice::Remove` on a RADOS mapping: dirty bytes around the range are
 /// kept, the range reads zeros in the mapping and in the objects (across
 /// object boundaries), and the length is unchanged.
 #[test]
@@ -252,14 +255,15 @@ fn remove_zeroes_the_range_in_the_objects() {
     let prefix = unique("remove");
     let store = create_with(cluster, &prefix, &data);
     let rt = runtime(256 << 10, 4096, 2);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     let mut model = data.clone();
     let dirty = random_bytes(3 * 4096, 14);
     let at = OBJECT as usize - 8192;
     m.as_mut_slice()[at..at + dirty.len()].copy_from_slice(&dirty);
     model[at..at + dirty.len()].copy_from_slice(&dirty);
     let range = at + 4096..at + 4096 + OBJECT as usize;
-    m.advise(range.clone(), umio::Advice::Remove).unwrap();
+    m.advise_mut(range.clone(), umio::UncheckedAdvice::Remove)
+        .unwrap();
     model[range].fill(0);
     assert_same(m.as_slice(), &model, "the mapping");
     m.flush().unwrap();
@@ -278,7 +282,7 @@ fn tail_page_is_zero_past_the_end() {
     let prefix = unique("tail");
     let store = create_with(cluster, &prefix, &data);
     let rt = runtime(1 << 20, 4096, 1);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     assert_eq!(m.len(), 10_000);
     // SAFETY: the region spans whole pages; bytes past len up to the page
     // end are mapped and readable.
@@ -306,7 +310,10 @@ fn two_regions_over_one_object_set() {
     let open = || Arc::new(RadosStore::open(&cluster.options(&prefix)).unwrap());
     let (sa, sb) = (open(), open());
     let (rta, rtb) = (runtime(256 << 10, 4096, 2), runtime(256 << 10, 4096, 2));
-    let (mut a, mut b) = (map(&rta, &sa, true), map(&rtb, &sb, true));
+    let (mut a, mut b) = (
+        map(&rta, &sa, true).into_mut().unwrap(),
+        map(&rtb, &sb, true).into_mut().unwrap(),
+    );
     let half = data.len() / 2;
     a.as_mut_slice()[..half].fill(0xA1);
     b.as_mut_slice()[half..].fill(0xB2);
@@ -334,14 +341,18 @@ fn mapping_larger_than_many_objects() {
     let store = Arc::new(RadosStore::create(&cluster.options(&prefix), len).unwrap());
     assert!(objects_listed(cluster, &prefix) == [format!("{prefix}.meta")]);
     let rt = runtime(1 << 20, 16 << 10, 2);
-    let mut m = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut m = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(store.clone())
                 .writable(true)
                 .prefetch(PrefetchKind::default()),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert!(m.as_slice().iter().all(|&b| b == 0), "a new store is zeros");
     for i in 0..objects {
         m.as_mut_slice()[(i * OBJECT + i % 1000) as usize] = (i % 251) as u8 + 1;
@@ -381,13 +392,13 @@ fn prefetch_batches_reads_and_writeback_sends_whole_objects() {
     create_with(cluster, &prefix, &data);
     let store = Arc::new(RadosStore::open(&cluster.options(&prefix).queue_depth(16)).unwrap());
     let rt = runtime(8 << 20, 4096, 1);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     let ranges: Vec<_> = (0..48).map(|i| i * 81920..i * 81920 + 8192).collect();
-    m.prefetch_ranges(&ranges).unwrap();
+    m.mapping().prefetch_ranges(&ranges).unwrap();
     eventually("prefetch", Duration::from_millis(5), || {
-        ranges.iter().all(|r| m.is_resident(r.start))
+        ranges.iter().all(|r| m.mapping().is_resident(r.start))
     });
-    assert_eq!(m.stats().faults, 0, "prefetch faulted");
+    assert_eq!(m.mapping().stats().faults, 0, "prefetch faulted");
     let st = store.stats();
     assert!(st.max_in_flight >= 8, "{st:?}");
     assert!(
@@ -484,7 +495,7 @@ fn second_runtime_reads_the_first_ones_flushed_writes() {
     let prefix = unique("second");
     let store = create_with(cluster, &prefix, &data);
     let rt1 = runtime(512 << 10, 4096, 2);
-    let mut m1 = map(&rt1, &store, true);
+    let mut m1 = map(&rt1, &store, true).into_mut().unwrap();
     let mut model = data.clone();
     let mut rng = Rng::new(5);
     for _ in 0..100 {
@@ -499,7 +510,7 @@ fn second_runtime_reads_the_first_ones_flushed_writes() {
     // is let in).
     let other =
         Arc::new(RadosStore::open(&cluster.options(&prefix).client("umio-second")).unwrap());
-    let mut m2 = map(&rt2, &other, true);
+    let mut m2 = map(&rt2, &other, true).into_mut().unwrap();
     assert_same(m2.as_slice(), &model, "second runtime");
     m2.as_mut_slice()[..4096].fill(0x33);
     m2.flush().unwrap();
@@ -518,7 +529,7 @@ fn child_process_maps_the_set() {
     let opts = RadosOptions::new(POOL, prefix).conf(conf);
     let store = Arc::new(RadosStore::open(&opts).unwrap());
     let rt = runtime(256 << 10, 4096, 2);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     let mut want = random_bytes(1 << 20, 19);
     want[100_000..200_000].fill(0x5C);
     assert_same(m.as_slice(), &want, "child reads the parent's writes");
@@ -538,7 +549,7 @@ fn second_process_reads_the_first_ones_writes() {
     let prefix = unique("process");
     let store = create_with(cluster, &prefix, &data);
     let rt = runtime(256 << 10, 4096, 2);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     m.as_mut_slice()[100_000..200_000].fill(0x5C);
     m.flush().unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
@@ -619,13 +630,13 @@ fn osd_failure_faults_time_out_or_wait_flush_fails_nothing_dirty_is_lost() {
         RadosStore::open(&cluster.options(&prefix).op_timeout(Duration::from_secs(3))).unwrap(),
     );
     let rt = runtime(2 << 20, 4096, 2);
-    let mut dirty = map(&rt, &timed, true);
+    let mut dirty = map(&rt, &timed, true).into_mut().unwrap();
     let mut model = data.clone();
     for at in [70_000usize, 400_000, 900_000] {
         dirty.as_mut_slice()[at..at + 10_000].fill(0xD1);
         model[at..at + 10_000].fill(0xD1);
     }
-    let dirty_pages = dirty.dirty_pages();
+    let dirty_pages = dirty.mapping().dirty_pages();
     assert!(dirty_pages >= 9, "{dirty_pages}");
 
     // A region on a store that waits forever; nothing resident yet.
@@ -677,7 +688,7 @@ fn osd_failure_faults_time_out_or_wait_flush_fails_nothing_dirty_is_lost() {
         r => panic!("flush with the OSD down gave {r:?}"),
     }
     assert!(t.elapsed() >= Duration::from_secs(2), "{:?}", t.elapsed());
-    assert_eq!(dirty.dirty_pages(), dirty_pages);
+    assert_eq!(dirty.mapping().dirty_pages(), dirty_pages);
     let failure = timed.last_failure().unwrap();
     assert_eq!(failure.errno, libc::ETIMEDOUT);
     assert!(
@@ -707,7 +718,7 @@ fn osd_failure_faults_time_out_or_wait_flush_fails_nothing_dirty_is_lost() {
     assert_same(&got, &data[600_000..610_000], "resumed fault");
 
     dirty.flush().unwrap();
-    assert_eq!(dirty.dirty_pages(), 0);
+    assert_eq!(dirty.mapping().dirty_pages(), 0);
     assert_same(
         &contents(&cluster, &prefix),
         &model,

@@ -74,9 +74,8 @@ fn pinned_pages_survive_eviction_and_their_writes_are_written_back() {
         offsets: Default::default(),
     });
     let rt = runtime(64);
-    let map = rt
-        .map(MapOptions::new().store(store.clone()).writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map(MapOptions::new().store(store.clone()).writable(true)) }.unwrap();
     map.pin(0..8 * PAGE).unwrap();
     for p in 0..8 {
         assert!(map.is_resident(p * PAGE), "pin makes pages resident");
@@ -122,7 +121,8 @@ fn pins_hold_at_most_half_the_cache() {
     let data = pattern(128 * PAGE, 2);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(data));
     let rt = runtime(64);
-    let map = rt.map(MapOptions::new().store(store)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map(MapOptions::new().store(store)) }.unwrap();
     map.pin(0..32 * PAGE).unwrap();
     let e = map.pin(32 * PAGE..33 * PAGE).unwrap_err();
     assert!(matches!(e, Error::PinLimit), "{e}");
@@ -133,7 +133,8 @@ fn pins_hold_at_most_half_the_cache() {
     map.unmap().unwrap();
     // Unmapping gave the pins back: a new region can pin half the cache.
     let store2: Arc<dyn Store> = Arc::new(MemoryStore::new(pattern(64 * PAGE, 3)));
-    let map2 = rt.map(MapOptions::new().store(store2)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map2 = unsafe { rt.map(MapOptions::new().store(store2)) }.unwrap();
     map2.pin(0..32 * PAGE).unwrap();
 }
 
@@ -142,11 +143,14 @@ fn unmap_range_unmaps_the_range_writes_it_back_and_keeps_the_rest() {
     let data = pattern(64 * PAGE, 4);
     let (tmp, file) = file_with(&data);
     let rt = runtime(32);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     map.as_mut_slice()[20 * PAGE..24 * PAGE].fill(0x5A);
     map.as_mut_slice()[40 * PAGE] = 0x11;
+    let mut map = map.into_mapping();
     let base = map.as_ptr() as usize;
     map.unmap_range(16 * PAGE..32 * PAGE).unwrap();
     assert!(
@@ -180,7 +184,9 @@ fn unmap_range_unmaps_the_range_writes_it_back_and_keeps_the_rest() {
         assert!(matches!(e, Error::NotMapped), "{e}");
         assert_eq!(e.errno(), libc::EINVAL);
     }
-    assert!(matches!(map.try_as_mut_slice(), Err(Error::NotMapped)));
+    let e = map.into_mut().unwrap_err();
+    assert!(matches!(e.error(), Error::NotMapped), "{e}");
+    let mut map = e.into_mapping();
     map.flush().unwrap();
     let mut b = [0u8; 1];
     tmp.as_file()
@@ -203,7 +209,8 @@ fn unmap_range_unmaps_the_range_writes_it_back_and_keeps_the_rest() {
 fn unmap_range_checks_alignment() {
     let (_tmp, file) = file_with(&pattern(10 * PAGE + 100, 5));
     let rt = runtime(32);
-    let mut map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     for r in [1..PAGE, 0..PAGE + 1, PAGE..PAGE, 0..11 * PAGE] {
         let e = map.unmap_range(r.clone()).unwrap_err();
         assert_eq!(e.errno(), libc::EINVAL, "{r:?}: {e}");
@@ -234,16 +241,20 @@ fn fixed_address_maps_there_and_refuses_overlap() {
     let addr = hole as usize + 4 * PAGE;
     // SAFETY: the reservation is ours and unused.
     let opts = unsafe { MapOptions::new().fixed_address(addr) };
-    let map = rt.map_file(&file, opts).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, opts) }.unwrap();
     assert_eq!(map.as_ptr() as usize, addr);
     assert_eq!(map.as_slice(), &data[..]);
     let over = MapOptions::new().fixed_address_noreplace(addr + 8 * PAGE);
-    let e = rt.map_file(&file, over).unwrap_err();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map_file(&file, over) }.unwrap_err();
     assert!(matches!(e, Error::Overlap), "{e}");
     assert_eq!(e.errno(), libc::EEXIST);
     // SAFETY: as above.
     let odd = unsafe { MapOptions::new().fixed_address(addr + 1) };
-    assert_eq!(rt.map_file(&file, odd).unwrap_err().errno(), libc::EINVAL);
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let e = unsafe { rt.map_file(&file, odd) }.unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
     map.unmap().unwrap();
     // SAFETY: the rest of our reservation.
     unsafe { libc::munmap(hole, 32 * PAGE) };
@@ -254,10 +265,10 @@ fn region_stats_count_this_region_only() {
     let data = pattern(32 * PAGE, 7);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(data.clone()));
     let rt = runtime(64);
-    let a = rt
-        .map(MapOptions::new().store(store.clone()).writable(true))
-        .unwrap();
-    let b = rt.map(MapOptions::new().store(store)).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let a = unsafe { rt.map(MapOptions::new().store(store.clone()).writable(true)) }.unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let b = unsafe { rt.map(MapOptions::new().store(store)) }.unwrap();
     for p in 0..10 {
         assert_eq!(a.as_slice()[p * PAGE], data[p * PAGE]);
     }

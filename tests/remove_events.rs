@@ -1,7 +1,7 @@
 //! The application's own `madvise` on umio memory, called directly (not
 //! through `Mapping::advise`), with remove events on
 //! (`Builder::remove_events`): umio drops the pages from its cache as
-//! `Advice::DontNeed` does, so the next access reads the store, and its
+//! `UncheckedAdvice::DontNeed` does, so the next access reads the store, and its
 //! counts stay true. A umio mapping is private anonymous memory over a
 //! store, so `madvise` means what it means on a `MAP_PRIVATE` file
 //! mapping: changes not yet written back are discarded, and the next read
@@ -89,7 +89,7 @@ fn page_of(bytes: &[u8], p: usize) -> &[u8] {
 struct Setup {
     tmp: tempfile::NamedTempFile,
     rt: Runtime,
-    map: umio::Mapping,
+    map: umio::MappingMut,
     orig: Vec<u8>,
     first: Vec<u8>,
     second: Vec<u8>,
@@ -104,8 +104,10 @@ impl Setup {
         // One filler: the configuration where a reader dropping pages
         // itself would wait for itself.
         let rt = runtime(1 << 20, 1);
-        let mut map = rt
-            .map_file(&file, MapOptions::new().writable(true))
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+            .unwrap()
+            .into_mut()
             .unwrap();
         let m = map.as_mut_slice();
         m[..32 * PAGE].copy_from_slice(&first);
@@ -117,7 +119,7 @@ impl Setup {
             sum += u64::from(m[p * PAGE]);
         }
         std::hint::black_box(sum);
-        assert_eq!(map.dirty_pages(), 16);
+        assert_eq!(map.mapping().dirty_pages(), 16);
         assert_eq!(rt.stats().resident_bytes, (64 * PAGE) as u64);
         Setup {
             tmp,
@@ -175,7 +177,7 @@ fn madv_dontneed_drops_pages_and_the_next_read_reads_the_store() {
         (40 * PAGE) as u64,
         "cache usage after the drop"
     );
-    assert_eq!(s.map.dirty_pages(), 8, "pages 0..8 stay dirty");
+    assert_eq!(s.map.mapping().dirty_pages(), 8, "pages 0..8 stay dirty");
     let m = s.map.as_slice();
     for p in 0..64 {
         let want = if removed(p) { s.store(p) } else { s.before(p) };
@@ -251,20 +253,22 @@ fn madv_free_keeps_later_writes_and_reads_old_or_store_bytes() {
 
 /// `MADV_REMOVE` needs a shared mapping; umio's memory is private, so the
 /// kernel refuses it, as on a `MAP_PRIVATE` file mapping, and nothing
-/// changes (`Mapping::advise(Advice::Remove)` is umio's way).
+/// changes (`Mapping::advise(UncheckedAdvice::Remove)` is umio's way).
 #[test]
 fn madv_remove_is_refused_and_changes_nothing() {
     let _dog = Watchdog::new("MADV_REMOVE", Duration::from_secs(120));
     let orig = random_bytes(16 * PAGE, 4);
     let (_tmp, file) = rw_file_with(&orig);
     let rt = runtime(1 << 20, 1);
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     map.as_mut_slice()[..PAGE].fill(7);
     let e = madvise(map.as_slice().as_ptr(), 0..8, libc::MADV_REMOVE).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
-    assert_eq!(map.dirty_pages(), 1);
+    assert_eq!(map.mapping().dirty_pages(), 1);
     assert!(map.as_slice()[..PAGE].iter().all(|&b| b == 7));
     assert!(map.as_slice()[PAGE..] == orig[PAGE..]);
     assert_eq!(rt.stats().removed_pages, 0);
@@ -281,7 +285,8 @@ fn own_evictions_and_the_programs_madvise_together_never_hang() {
     let data = Arc::new(random_bytes(PAGES * PAGE, 5));
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime((PAGES * PAGE / 4) as u64, 1);
-    let map = Arc::new(rt.map_file(&file, MapOptions::new()).unwrap());
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = Arc::new(unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|t| {
@@ -341,9 +346,9 @@ fn a_full_cache_below_the_high_watermark_is_evicted_for_a_reader() {
         .unwrap();
     let data = random_bytes(4 * PAGES * PAGE, 31);
     let (_tmp, f) = rw_file_with(&data);
-    let map = rt
-        .map_file(&f, MapOptions::new().prefetch(umio::PrefetchKind::None))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map =
+        unsafe { rt.map_file(&f, MapOptions::new().prefetch(umio::PrefetchKind::None)) }.unwrap();
     for p in 0..4 * PAGES {
         assert_eq!(page_of(&map, p), page_of(&data, p), "page {p}");
     }

@@ -7,12 +7,16 @@ fn smoke_read_write_flush() {
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
     let (f, file) = common::rw_file_with(&data);
     let rt = common::runtime(256 << 10, 16 << 10, 2);
-    let mut map = rt
-        .map_file(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe {
+        rt.map_file(
             &file,
             umio::MapOptions::new().len(data.len()).writable(true),
         )
-        .unwrap();
+    }
+    .unwrap()
+    .into_mut()
+    .unwrap();
     assert_eq!(map.as_slice(), &data[..]);
     map.as_mut_slice()[..5].copy_from_slice(b"hello");
     map.flush().unwrap();
@@ -34,7 +38,8 @@ fn one_fault_event_per_read_still_serves_every_fault() {
         .max_fault_events(1)
         .build()
         .unwrap();
-    let map = rt.map_file(&file, umio::MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, umio::MapOptions::new()) }.unwrap();
     std::thread::scope(|s| {
         for t in 0..4 {
             let map = &map;

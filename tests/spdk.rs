@@ -104,12 +104,16 @@ fn check_file(b: &Bdev, want: &[u8], what: &str) {
 }
 
 fn map(rt: &Runtime, store: Arc<dyn Store>, writable: bool) -> umio::Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store)
-            .writable(writable)
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the bdev while a slice of it
+    // lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store)
+                .writable(writable)
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -178,14 +182,17 @@ fn writes_persist_through_eviction_and_flush() {
         let what = format!("{kind:?}");
         let b = bdev(kind, &data, true);
         let rt = runtime(256 << 10, 4096, 2);
-        let mut m = map(&rt, b.store.clone(), true);
+        let mut m = map(&rt, b.store.clone(), true).into_mut().unwrap();
         let mut model = data.clone();
         write_random_runs_in_halves(m.as_mut_slice(), &mut model, 400, &what);
         m.flush().unwrap();
-        assert_eq!(m.dirty_pages(), 0, "{what}");
+        assert_eq!(m.mapping().dirty_pages(), 0, "{what}");
         assert_same(&contents(&*b.store), &model, &what);
         check_file(&b, &model, &what);
-        assert!(m.stats().evictions > 0, "{what}: nothing was evicted");
+        assert!(
+            m.mapping().stats().evictions > 0,
+            "{what}: nothing was evicted"
+        );
         // Both bdev types have a flush (aio's is fdatasync, malloc's a
         // no-op): sync must have sent it.
         assert!(b.store.flushes(), "{what}");
@@ -211,7 +218,7 @@ fn failed_write_back_names_offset_and_keeps_data() {
         faulty.fail_writes(FaultTrigger::Offsets(65536..65537), libc::EIO);
         let store: Arc<dyn Store> = faulty.clone();
         let rt = runtime(1 << 20, 4096, 1);
-        let mut m = map(&rt, store, true);
+        let mut m = map(&rt, store, true).into_mut().unwrap();
         m.as_mut_slice()[65536 + 10] = 0x5A;
         m.as_mut_slice()[200_000] = 0xA5;
         match m.flush() {
@@ -220,7 +227,7 @@ fn failed_write_back_names_offset_and_keeps_data() {
             }
             r => panic!("{what}: flush gave {r:?}"),
         }
-        assert_eq!(m.dirty_pages(), 1, "{what}");
+        assert_eq!(m.mapping().dirty_pages(), 1, "{what}");
         faulty.fail_writes(FaultTrigger::Never, libc::EIO);
         m.flush().unwrap();
         let mut want = data.clone();
@@ -242,16 +249,16 @@ fn whole_bdev_mapping_batches_requests() {
         let what = format!("{kind:?}");
         let b = bdev(kind, &data, true);
         let rt = runtime(1 << 20, 4096, 2);
-        let mut m = map(&rt, b.store.clone(), true);
+        let mut m = map(&rt, b.store.clone(), true).into_mut().unwrap();
         assert_eq!(m.len(), data.len(), "{what}");
         for (i, chunk) in m.as_slice().chunks(1 << 20).enumerate() {
             assert_same(chunk, &data[i << 20..(i + 1) << 20], &what);
         }
         let ranges: Vec<_> = (0..32).map(|i| i * 131072..i * 131072 + 8192).collect();
         let before = b.store.stats().largest_batch;
-        m.prefetch_ranges(&ranges).unwrap();
+        m.mapping().prefetch_ranges(&ranges).unwrap();
         eventually(&what, Duration::from_millis(5), || {
-            ranges.iter().all(|r| m.is_resident(r.start))
+            ranges.iter().all(|r| m.mapping().is_resident(r.start))
         });
         for r in &ranges {
             assert_same(&m.as_slice()[r.clone()], &data[r.clone()], &what);
@@ -411,7 +418,7 @@ fn nvme_over_tcp_namespace() {
 
     // Reads through a mapping, a cache of 1 MiB, two threads.
     let rt = runtime(1 << 20, 4096, 2);
-    let mut m = map(&rt, store.clone(), true);
+    let mut m = map(&rt, store.clone(), true).into_mut().unwrap();
     std::thread::scope(|sc| {
         for t in 0..2u64 {
             let (data, s) = (&data, m.as_slice());
@@ -425,13 +432,13 @@ fn nvme_over_tcp_namespace() {
             });
         }
     });
-    assert!(m.stats().evictions > 0, "nothing was evicted");
+    assert!(m.mapping().stats().evictions > 0, "nothing was evicted");
 
     // Prefetch in one batch, many requests in flight.
     let ranges: Vec<_> = (0..32).map(|i| i * 131072..i * 131072 + 8192).collect();
-    m.prefetch_ranges(&ranges).unwrap();
+    m.mapping().prefetch_ranges(&ranges).unwrap();
     eventually("nvme/tcp prefetch", Duration::from_millis(5), || {
-        ranges.iter().all(|r| m.is_resident(r.start))
+        ranges.iter().all(|r| m.mapping().is_resident(r.start))
     });
     assert!(store.stats().largest_batch >= 8, "{:?}", store.stats());
 
@@ -446,7 +453,7 @@ fn nvme_over_tcp_namespace() {
         model[a..b].fill(v);
     }
     m.flush().unwrap();
-    assert_eq!(m.dirty_pages(), 0);
+    assert_eq!(m.mapping().dirty_pages(), 0);
     assert_same(&contents(&*store), &model, "nvme/tcp after flush");
     m.unmap().unwrap();
 }

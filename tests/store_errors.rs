@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use umio::backends::{MemoryStore, StoreError, StoreOp};
-use umio::{Advice, Error, Mapping, PrefetchKind, Runtime, Store};
+use umio::{Error, Mapping, PrefetchKind, Runtime, Store, UncheckedAdvice};
 
 const PAGE: usize = 16 << 10;
 const STORE_LEN: usize = 1 << 20;
@@ -100,13 +100,13 @@ fn assert_store_error(r: Result<(), Error>, op: StoreOp) -> StoreError {
 fn failed_flush_keeps_pages_dirty_until_a_flush_succeeds() {
     let rt = runtime();
     let store = FlakyStore::new();
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     m.as_mut_slice()[PAGE + 1] = 0xA1;
     m.as_mut_slice()[2 * PAGE + 2] = 0xA2;
     store.fail_writes.store(true, Relaxed);
     let e = assert_store_error(m.flush(), StoreOp::Write);
     assert_eq!(e.offset, PAGE as u64, "the failed write's offset");
-    assert_eq!(m.dirty_pages(), 2, "failed pages stay dirty");
+    assert_eq!(m.mapping().dirty_pages(), 2, "failed pages stay dirty");
     assert!(rt.stats().write_errors > 0);
     // The pages are still usable, writable included.
     assert_eq!(m.as_slice()[PAGE + 1], 0xA1);
@@ -118,7 +118,7 @@ fn failed_flush_keeps_pages_dirty_until_a_flush_succeeds() {
     // The store recovers: the next flush writes everything.
     store.fail_writes.store(false, Relaxed);
     m.flush().unwrap();
-    assert_eq!(m.dirty_pages(), 0);
+    assert_eq!(m.mapping().dirty_pages(), 0);
     let snap = store.inner.snapshot();
     assert_eq!(
         (snap[PAGE + 1], snap[PAGE + 3], snap[2 * PAGE + 2]),
@@ -130,7 +130,7 @@ fn failed_flush_keeps_pages_dirty_until_a_flush_succeeds() {
 fn failed_sync_is_reported() {
     let rt = runtime();
     let store = FlakyStore::new();
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     m.as_mut_slice()[0] = 1;
     store.fail_sync.store(true, Relaxed);
     assert_store_error(m.flush(), StoreOp::Sync);
@@ -142,7 +142,7 @@ fn failed_sync_is_reported() {
 fn failed_eviction_write_back_is_reported_by_the_next_flush() {
     let rt = runtime();
     let store = FlakyStore::new();
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     let data = pattern(STORE_LEN);
     store.fail_writes.store(true, Relaxed);
     m.as_mut_slice()[5] = 0xEE;
@@ -159,20 +159,20 @@ fn failed_eviction_write_back_is_reported_by_the_next_flush() {
         }
     }
     // Nothing was lost: the page is still dirty and holds the write.
-    assert_eq!(m.dirty_pages(), 1);
+    assert_eq!(m.mapping().dirty_pages(), 1);
     assert_eq!(m.as_slice()[5], 0xEE);
     store.fail_writes.store(false, Relaxed);
     assert_store_error(m.flush(), StoreOp::Write);
     assert_eq!(store.inner.snapshot()[5], 0xEE, "the flush still wrote it");
     m.flush().unwrap();
-    assert_eq!(m.dirty_pages(), 0);
+    assert_eq!(m.mapping().dirty_pages(), 0);
 }
 
 #[test]
 fn unmap_reports_a_failed_write_back() {
     let rt = runtime();
     let store = FlakyStore::new();
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     m.as_mut_slice()[3 * PAGE] = 0x33;
     store.fail_writes.store(true, Relaxed);
     assert_store_error(m.unmap(), StoreOp::Write);
@@ -192,7 +192,7 @@ fn fillers_poison_a_failed_read_so_syscalls_get_efault_until_dont_need_clears_it
         .build()
         .unwrap();
     let store = FlakyStore::new();
-    let m = map(&rt, &store, false);
+    let mut m = map(&rt, &store, false);
     let data = pattern(STORE_LEN);
     store.fail_reads_from.store(4 * PAGE as u64, Relaxed);
     assert_eq!(m.as_slice()[PAGE], data[PAGE], "a good page reads fine");
@@ -211,7 +211,8 @@ fn fillers_poison_a_failed_read_so_syscalls_get_efault_until_dont_need_clears_it
     // SAFETY: as above.
     let n = unsafe { libc::write(out.as_raw_fd(), m.as_ptr().add(4 * PAGE).cast(), 100) };
     assert_eq!(n, -1, "the poison was cleared by itself");
-    m.advise(4 * PAGE..5 * PAGE, Advice::DontNeed).unwrap();
+    m.advise_mut(4 * PAGE..5 * PAGE, UncheckedAdvice::DontNeed)
+        .unwrap();
     assert_eq!(m.as_slice()[4 * PAGE..5 * PAGE], data[4 * PAGE..5 * PAGE]);
     // SAFETY: as above.
     let n = unsafe { libc::write(out.as_raw_fd(), m.as_ptr().add(4 * PAGE).cast(), 100) };

@@ -98,12 +98,15 @@ fn check_file(kind: Kind, path: &Path, want: &[u8], what: &str) {
 }
 
 fn map(rt: &Runtime, store: &Arc<dyn Store>, writable: bool) -> umio::Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(writable)
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(writable)
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -139,14 +142,17 @@ fn writes_persist_through_eviction_and_flush() {
         let tmp = backing(kind, &data);
         let store = open(kind, tmp.path(), true);
         let rt = runtime(256 << 10, 4096, 2);
-        let mut m = map(&rt, &store, true);
+        let mut m = map(&rt, &store, true).into_mut().unwrap();
         let mut model = data.clone();
         write_random_runs_in_halves(m.as_mut_slice(), &mut model, 400, &what);
         m.flush().unwrap();
-        assert_eq!(m.dirty_pages(), 0, "{what}");
+        assert_eq!(m.mapping().dirty_pages(), 0, "{what}");
         assert_same(&contents(&*store), &model, &what);
         check_file(kind, tmp.path(), &model, &what);
-        assert!(m.stats().evictions > 0, "{what}: nothing was evicted");
+        assert!(
+            m.mapping().stats().evictions > 0,
+            "{what}: nothing was evicted"
+        );
         m.unmap().unwrap();
     }
 }
@@ -161,7 +167,7 @@ fn tail_page_is_zero_past_the_end() {
         let tmp = backing(kind, &data);
         let store = open(kind, tmp.path(), true);
         let rt = runtime(1 << 20, 4096, 1);
-        let mut m = map(&rt, &store, true);
+        let mut m = map(&rt, &store, true).into_mut().unwrap();
         assert_eq!(m.len(), 10_000, "{what}");
         // SAFETY: the region spans whole pages; bytes past len up to the
         // page end are mapped and readable.
@@ -188,7 +194,7 @@ fn failed_write_back_names_offset_and_keeps_data() {
         faulty.fail_writes(FaultTrigger::Offsets(65536..65537), libc::EIO);
         let store: Arc<dyn Store> = faulty.clone();
         let rt = runtime(1 << 20, 4096, 1);
-        let mut m = map(&rt, &store, true);
+        let mut m = map(&rt, &store, true).into_mut().unwrap();
         m.as_mut_slice()[65536 + 10] = 0x5A;
         m.as_mut_slice()[200_000] = 0xA5;
         match m.flush() {
@@ -197,7 +203,7 @@ fn failed_write_back_names_offset_and_keeps_data() {
             }
             r => panic!("{what}: flush gave {r:?}"),
         }
-        assert_eq!(m.dirty_pages(), 1, "{what}");
+        assert_eq!(m.mapping().dirty_pages(), 1, "{what}");
         faulty.fail_writes(FaultTrigger::Never, libc::EIO);
         m.flush().unwrap();
         let mut want = data.clone();
@@ -254,11 +260,11 @@ fn uring_batches_reads_and_merges_writes() {
         let uring = Arc::new(UringStore::new(&f, UringOptions::new().direct(direct)).unwrap());
         let store: Arc<dyn Store> = uring.clone();
         let rt = runtime(16 << 20, 4096, 1);
-        let mut m = map(&rt, &store, true);
+        let mut m = map(&rt, &store, true).into_mut().unwrap();
         let ranges: Vec<_> = (0..32).map(|i| i * 131072..i * 131072 + 8192).collect();
-        m.prefetch_ranges(&ranges).unwrap();
+        m.mapping().prefetch_ranges(&ranges).unwrap();
         eventually("uring prefetch", Duration::from_millis(5), || {
-            ranges.iter().all(|r| m.is_resident(r.start))
+            ranges.iter().all(|r| m.mapping().is_resident(r.start))
         });
         let st = uring.stats();
         assert!(st.max_in_flight >= 8, "direct {direct}: {st:?}");
@@ -282,14 +288,14 @@ fn dax_fills_copy_nothing_and_flush_reaches_the_mapping() {
     let dax = Arc::new(DaxStore::open(tmp.path(), true).unwrap());
     let store: Arc<dyn Store> = dax.clone();
     let rt = runtime(256 << 10, 4096, 1);
-    let mut m = map(&rt, &store, true);
+    let mut m = map(&rt, &store, true).into_mut().unwrap();
     assert_same(&m.as_slice()[..1 << 20], &data[..1 << 20], "dax reads");
     assert_eq!(
         dax.copied_bytes(),
         0,
         "whole pages were copied through read_at"
     );
-    assert!(m.stats().fills >= 256);
+    assert!(m.mapping().stats().fills >= 256);
     // The last, partial page is the one read through a staging buffer.
     assert_same(&m.as_slice()[1 << 20..], &data[1 << 20..], "dax tail");
     assert_eq!(dax.copied_bytes(), 100);

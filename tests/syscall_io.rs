@@ -37,7 +37,8 @@ fn fillers_serve_write_syscall_from_non_resident_pages_to_a_file() {
     let data = random_bytes(FILE_LEN, 1);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     // 300,000 bytes from an unaligned start: more than the cache, so pages
     // the kernel has copied are evicted while it copies the rest.
     let (start, len) = (100_001usize, 300_000usize);
@@ -68,7 +69,8 @@ fn fillers_serve_write_syscall_from_non_resident_pages_to_a_pipe() {
     let data = random_bytes(FILE_LEN, 2);
     let (_tmp, file) = rw_file_with(&data);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     let mut fds = [0i32; 2];
     // SAFETY: fds is an array of two descriptors for pipe(2) to fill.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -97,9 +99,8 @@ fn fillers_serve_read_syscall_into_non_resident_and_clean_pages() {
     let src_data = random_bytes(200_000, 4);
     let (_src_tmp, src) = rw_file_with(&src_data);
     let rt = runtime();
-    let map = rt
-        .map_file(&file, MapOptions::new().writable(true))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
     let start = 50_003usize;
     // Make a few pages of the target range resident and clean (so
     // write-protected): read(2) meets both kinds of faults.
@@ -137,8 +138,10 @@ fn fillers_serve_std_read_exact_into_a_mutable_slice() {
     let src_data = random_bytes(700_000, 6);
     let (_src_tmp, mut src) = rw_file_with(&src_data);
     let rt = runtime();
-    let mut map = rt
-        .map_file(&file, MapOptions::new().writable(true))
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let mut map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }
+        .unwrap()
+        .into_mut()
         .unwrap();
     let start = 300_000;
     src.read_exact(&mut map.as_mut_slice()[start..start + src_data.len()])
@@ -159,7 +162,8 @@ fn read_syscall_into_a_read_only_mapping_fails_with_efault() {
     let (_tmp, file) = rw_file_with(&data);
     let (_src_tmp, src) = rw_file_with(&[1u8; 4096]);
     let rt = runtime();
-    let map = rt.map_file(&file, MapOptions::new()).unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
     // SAFETY: the kernel must refuse to write read-only memory; the buffer
     // is inside the mapping either way.
     let n = unsafe { libc::read(src.as_raw_fd(), map.as_ptr().cast(), 4096) };

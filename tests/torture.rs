@@ -56,8 +56,9 @@ fn setup(policy: PolicyKind) -> Setup {
     let mut maps = Vec::new();
     let mut backing = Vec::new();
     for (file, offset, len, ps, data) in specs {
-        let map = rt
-            .map_file(
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let map = unsafe {
+            rt.map_file(
                 file,
                 MapOptions::new()
                     .offset(offset)
@@ -65,7 +66,8 @@ fn setup(policy: PolicyKind) -> Setup {
                     .page_size(ps)
                     .writable(true),
             )
-            .unwrap();
+        }
+        .unwrap();
         maps.push(map);
         backing.push((file.clone(), offset, data.to_vec()));
     }
@@ -167,7 +169,8 @@ fn torture(policy: PolicyKind, ops: usize) {
     let other: Arc<dyn umio::Store> =
         Arc::new(umio::backends::MemoryStore::new(vec![7u8; 4 << 20]));
     let scan =
-        s.rt.map(MapOptions::new().store(other).page_size(4096))
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { s.rt.map(MapOptions::new().store(other).page_size(4096)) }
             .unwrap();
     for _ in 0..2 {
         for i in (0..scan.len()).step_by(4096) {

@@ -97,13 +97,13 @@ fn clean_pages_are_evicted_without_a_write() {
 fn a_dirty_page_is_written_back_when_evicted() {
     let rt = runtime();
     let store = counting_store();
-    let mut map = map_store(&rt, &store);
+    let mut map = map_store(&rt, &store).into_mut().unwrap();
     let page = 3;
     let msg = b"evicted, not flushed";
     map.as_mut_slice()[page * PAGE + 100..page * PAGE + 100 + msg.len()].copy_from_slice(msg);
-    assert_eq!(map.dirty_pages(), 1);
+    assert_eq!(map.mapping().dirty_pages(), 1);
     assert_eq!(store.counts().writes, 0, "nothing written before eviction");
-    evict_by_reading(&map, page);
+    evict_by_reading(map.mapping(), page);
     eventually("the evicted page's write-back", || {
         store.counts().writes == 1
     });
@@ -120,7 +120,7 @@ fn a_dirty_page_is_written_back_when_evicted() {
     let mut model = pattern(STORE_LEN);
     model[page * PAGE + 100..page * PAGE + 100 + msg.len()].copy_from_slice(msg);
     assert_eq!(snap, model, "and nothing else changed");
-    assert_eq!(map.dirty_pages(), 0);
+    assert_eq!(map.mapping().dirty_pages(), 0);
     let st = rt.stats();
     assert_eq!(st.evicted_dirty_pages, 1, "{st:?}");
     // Read back after eviction: the page comes from the store again.
@@ -136,12 +136,12 @@ fn a_dirty_page_is_written_back_when_evicted() {
 fn a_flushed_page_is_clean_and_evicted_without_another_write() {
     let rt = runtime();
     let store = counting_store();
-    let mut map = map_store(&rt, &store);
+    let mut map = map_store(&rt, &store).into_mut().unwrap();
     map.as_mut_slice()[7 * PAGE] = 0xEE;
     map.flush().unwrap();
     assert_eq!(store.counts().writes, 1);
-    assert_eq!(map.dirty_pages(), 0);
-    evict_by_reading(&map, 7);
+    assert_eq!(map.mapping().dirty_pages(), 0);
+    evict_by_reading(map.mapping(), 7);
     // Give an evictor time to (wrongly) write it.
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(
@@ -152,7 +152,7 @@ fn a_flushed_page_is_clean_and_evicted_without_another_write() {
     assert_eq!(map.as_slice()[7 * PAGE], 0xEE);
     // Dirty it again: the next eviction writes it again.
     map.as_mut_slice()[7 * PAGE + 1] = 0xDD;
-    evict_by_reading(&map, 7);
+    evict_by_reading(map.mapping(), 7);
     eventually("the second write-back", || store.counts().writes == 2);
     assert_eq!(store.inner().snapshot()[7 * PAGE + 1], 0xDD);
 }
@@ -161,13 +161,13 @@ fn a_flushed_page_is_clean_and_evicted_without_another_write() {
 fn dirty_pages_are_written_back_on_unmap() {
     let rt = runtime();
     let store = counting_store();
-    let mut map = map_store(&rt, &store);
+    let mut map = map_store(&rt, &store).into_mut().unwrap();
     let s = map.as_mut_slice();
     // Pages 3 and 4 (adjacent) and 10; far less than the cache.
     s[3 * PAGE..3 * PAGE + 6].copy_from_slice(b"three!");
     s[4 * PAGE - 4..4 * PAGE + 4].copy_from_slice(b"3and4..4");
     s[10 * PAGE + 9] = 0x10;
-    assert_eq!(map.dirty_pages(), 3);
+    assert_eq!(map.mapping().dirty_pages(), 3);
     assert_eq!(store.counts().writes, 0, "no pressure: nothing written yet");
     map.unmap().unwrap();
     let c = store.counts();
@@ -190,7 +190,7 @@ fn dropping_a_mapping_writes_back_its_dirty_pages() {
     let rt = runtime();
     let store = counting_store();
     {
-        let mut map = map_store(&rt, &store);
+        let mut map = map_store(&rt, &store).into_mut().unwrap();
         map.as_mut_slice()[12_345] = 0xAB;
         map.as_mut_slice()[STORE_LEN - 1] = 0xCD;
         assert_eq!(store.counts().writes, 0);
@@ -207,9 +207,11 @@ fn an_evicted_dirty_page_is_in_the_file_before_any_flush() {
     let (tmp, file) = rw_file_with(&data);
     let store = Arc::new(CountingStore::new(FileStore::new(&file).unwrap()));
     let rt = runtime();
-    let mut map = common::map_store(&rt, &store, true, PrefetchKind::None);
+    let mut map = common::map_store(&rt, &store, true, PrefetchKind::None)
+        .into_mut()
+        .unwrap();
     map.as_mut_slice()[PAGE + 5..PAGE + 10].copy_from_slice(b"hello");
-    evict_by_reading(&map, 1);
+    evict_by_reading(map.mapping(), 1);
     let reader = std::fs::File::open(tmp.path()).unwrap();
     eventually("the write-back to reach the file", || {
         let mut buf = [0u8; 5];
@@ -244,7 +246,9 @@ fn each_dirty_page_is_written_back_once_under_read_ahead() {
     const STRIDE: usize = 64 << 10;
     let rt = common::runtime(1 << 20, PAGE, 2);
     let store = Arc::new(CountingStore::new(MemoryStore::new(vec![0; LEN])));
-    let mut map = common::map_store(&rt, &store, true, PrefetchKind::default());
+    let mut map = common::map_store(&rt, &store, true, PrefetchKind::default())
+        .into_mut()
+        .unwrap();
     assert!(map.as_slice().iter().all(|&b| b == 0));
     let n = LEN / STRIDE;
     for i in 0..n {

@@ -95,12 +95,15 @@ pub fn map_store<S: Store>(
     writable: bool,
     prefetch: PrefetchKind,
 ) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .writable(writable)
-            .prefetch(prefetch),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(writable)
+                .prefetch(prefetch),
+        )
+    }
     .unwrap()
 }
 

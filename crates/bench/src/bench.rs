@@ -245,7 +245,8 @@ impl Region {
             .read(true)
             .write(s.writable)
             .open(data.shm.path())?;
-        Ok(Region::Umio(rt.map_file(&file, opts)?))
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        Ok(Region::Umio(unsafe { rt.map_file(&file, opts) }?))
     }
 
     /// umio over the ext4 copy with `O_DIRECT` (io_uring), or over the
@@ -262,7 +263,8 @@ impl Region {
             .prefetch(s.prefetch)
             .writable(s.writable)
             .store(Arc::new(store));
-        Ok(Region::Umio(rt.map(opts)?))
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        Ok(Region::Umio(unsafe { rt.map(opts) }?))
     }
 
     /// Linux `mmap` of the tmpfs file.

@@ -272,9 +272,11 @@ fn umio_row(data: &Data, faults: usize, setup: Setup, name: &str) -> Result<Path
             let sum = bytes.iter().step_by(PAGE).fold(0u8, |a, &b| a ^ b);
             std::hint::black_box(sum);
         }
-        rt.map(opts.store(Arc::new(store)))?
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map(opts.store(Arc::new(store))) }?
     } else {
-        rt.map_file(&File::open(data.shm.path())?, opts)?
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe { rt.map_file(&File::open(data.shm.path())?, opts) }?
     };
     let store_read = if setup == Setup::Mapped {
         "(no store read: copy from the mapping)"

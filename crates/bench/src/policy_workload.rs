@@ -207,16 +207,22 @@ pub fn run_umio(p: &Params, data: &DataFile, kind: PolicyKind) -> Result<Row> {
         .page_size(p.page_kib * 1024)
         .eviction(kind)
         .build()?;
-    let hot = rt.map_file(
-        file,
-        MapOptions::new().len(hot_len).prefetch(PrefetchKind::None),
-    )?;
-    let scan = rt.map_file(
-        file,
-        MapOptions::new()
-            .offset(hot_len as u64)
-            .len(data.len - hot_len),
-    )?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let hot = unsafe {
+        rt.map_file(
+            file,
+            MapOptions::new().len(hot_len).prefetch(PrefetchKind::None),
+        )
+    }?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let scan = unsafe {
+        rt.map_file(
+            file,
+            MapOptions::new()
+                .offset(hot_len as u64)
+                .len(data.len - hot_len),
+        )
+    }?;
     let mut fills_at_warmup = 0;
     let mixed = hot_and_scan(
         p,
@@ -234,7 +240,8 @@ pub fn run_umio(p: &Params, data: &DataFile, kind: PolicyKind) -> Result<Row> {
         .page_size(p.page_kib * 1024)
         .eviction(kind)
         .build()?;
-    let all = rt.map_file(file, MapOptions::new())?;
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let all = unsafe { rt.map_file(file, MapOptions::new()) }?;
     let (scan_time, _) = sequential(all.as_ptr(), all.len());
     std::hint::black_box(mixed.sum);
     Ok(row(format!("umio {kind}"), p, &mixed, misses, scan_time))

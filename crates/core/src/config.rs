@@ -292,9 +292,9 @@ impl Builder {
     /// Whether the runtime asks the kernel for remove events
     /// (`UFFD_FEATURE_EVENT_REMOVE`), so that the application's own
     /// `madvise(MADV_DONTNEED)` or `MADV_FREE` on umio memory (called
-    /// directly, not through [`Mapping::advise`](crate::Mapping::advise))
+    /// directly, not through [`Mapping::advise_mut`](crate::Mapping::advise_mut))
     /// drops the pages from umio's cache as
-    /// [`Advice::DontNeed`](crate::Advice::DontNeed) does: the next access
+    /// [`UncheckedAdvice::DontNeed`](crate::UncheckedAdvice::DontNeed) does: the next access
     /// reads the store. Off, such a call zaps pages umio still counts
     /// resident, and a thread that touches one is only noticed after a
     /// thousand faults in a row (a clean page is filled again, a dirty one

@@ -26,7 +26,44 @@ impl Runtime {
     /// written without the kernel's page cache
     /// ([`umio_backends::UncachedFileStore`]); [`MapOptions::page_cache`]
     /// or [`Builder::page_cache`](crate::Builder::page_cache) opts back in.
-    pub fn map_file(&self, file: &File, opts: MapOptions) -> Result<Mapping> {
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// let rt = umio_core::Runtime::builder().build()?;
+    /// let file = std::fs::File::open("data.bin").unwrap();
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// let dots = map.iter().filter(|&&b| b == b'.').count();
+    /// # let _ = dots;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// It is `unsafe`, as memmap2's `Mmap::map` is: a mapped file's bytes
+    /// can change under a slice of the mapping, which Rust forbids:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// let map = rt.map_file(&file, umio_core::MapOptions::new())?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// While a slice of the mapping is alive ([`Mapping::as_slice`],
+    /// deref, a [`MappingMut`](crate::MappingMut)'s), nothing but this
+    /// mapping may change the file's bytes in the mapped range: no other
+    /// process, no `write(2)`, `pwrite(2)` or `ftruncate(2)` of the file,
+    /// no other mapping of the same file (umio's or the kernel's, in this
+    /// process too). umio reads a page again after evicting it, and would
+    /// show the changed bytes under the slice; its own changes take
+    /// `&mut self` (see [aliasing](Mapping#aliasing)). Changes made while
+    /// no slice lives are allowed; [`Mapping::invalidate_range`] shows
+    /// them. A program that reaches the bytes through raw pointers only
+    /// ([`Mapping::as_ptr`]), as the C API and the `LD_PRELOAD` shim do,
+    /// may let the file change at any time, as under a kernel `MAP_SHARED`
+    /// mapping.
+    pub unsafe fn map_file(&self, file: &File, opts: MapOptions) -> Result<Mapping> {
         if opts.store.is_some() {
             return Err(Error::InvalidArgument(
                 "map_file takes no store option; use map",
@@ -44,11 +81,19 @@ impl Runtime {
                 e.raw_os_error().unwrap_or(libc::EBADF),
             )
         })?;
-        self.map(opts.store(store))
+        // SAFETY: the caller keeps the same contract for the file.
+        unsafe { self.map(opts.store(store)) }
     }
 
     /// Maps the store named by [`MapOptions::store`].
-    pub fn map(&self, opts: MapOptions) -> Result<Mapping> {
+    ///
+    /// # Safety
+    /// As for [`map_file`](Runtime::map_file), for the store: while a slice
+    /// of the mapping is alive, nothing but this mapping may change the
+    /// store's bytes in the mapped range (another handle to the same
+    /// store, another mapping of it, whatever is behind it), and reading
+    /// a range it has not changed must give the same bytes each time.
+    pub unsafe fn map(&self, opts: MapOptions) -> Result<Mapping> {
         let store = opts.store.clone().ok_or(Error::InvalidArgument(
             "no store given: use MapOptions::store or map_file",
         ))?;

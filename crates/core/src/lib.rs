@@ -52,9 +52,10 @@ pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use in_thread::{FaultService, in_fault_handler};
 pub use kernel::{KernelFeatures, UffdMode, kernel_features};
-pub use mapping::{MapOptions, Mapping, MappingMut};
+pub use mapping::{IntoMutError, MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
+    UncheckedAdvice,
 };
 pub use process::{ProcessConfig, ProcessLock, ProcessRuntime, StartFailure};
 pub use runtime::Runtime;

@@ -9,7 +9,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
-use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher};
+use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher, UncheckedAdvice};
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::shared::PrefetchJob;
@@ -280,61 +280,92 @@ impl MapOptions {
 /// Dropping it writes back dirty pages and unmaps it; errors are logged.
 /// Call [`unmap`](Mapping::unmap) to get them.
 ///
-/// A `Mapping` is a byte slice: it implements `Deref<Target = [u8]>` and
-/// `AsRef<[u8]>`, so functions taking `&[u8]` take `&map` directly. For
-/// `&mut [u8]` ([`DerefMut`](std::ops::DerefMut), [`AsMut`]) turn a
-/// writable mapping into a [`MappingMut`] with
-/// [`into_mut`](Mapping::into_mut), or borrow with
-/// [`as_mut_slice`](Mapping::as_mut_slice).
+/// A `Mapping` reads as a byte slice, as memmap2's `Mmap` does: it
+/// implements `Deref<Target = [u8]>` and `AsRef<[u8]>`, so functions taking
+/// `&[u8]` take `&map` directly. A writable mapping becomes a `&mut [u8]`
+/// as a [`MappingMut`] (memmap2's `MmapMut`), from
+/// [`into_mut`](Mapping::into_mut) or [`Runtime::map_file_mut`].
 ///
 /// # Aliasing
-/// Slices ([`as_slice`](Mapping::as_slice), `&*map`,
-/// [`as_mut_slice`](Mapping::as_mut_slice)) borrow the mapping, and every
-/// operation that unmaps memory takes it by `&mut self`
-/// ([`unmap_range`](Mapping::unmap_range)) or by value
-/// ([`unmap`](Mapping::unmap), drop), so safe Rust cannot hold a slice over
-/// memory that is unmapped under it, nor a shared and a mutable slice at
-/// once. The borrow checker rejects a slice held across `unmap_range`:
+/// A slice of the mapping ([`as_slice`](Mapping::as_slice), `&*map`, a
+/// [`MappingMut`]'s `&mut *map`) is a Rust reference: the bytes under it
+/// must stay mapped and must not change while it lives. umio keeps this
+/// rule as memmap2 does:
+/// - Operations that unmap memory take the mapping by `&mut self`
+///   ([`unmap_range`](Mapping::unmap_range)) or by value
+///   ([`unmap`](Mapping::unmap), drop).
+/// - Operations that change the bytes a slice reads take `&mut self`:
+///   [`write_at`](Mapping::write_at),
+///   [`invalidate_range`](Mapping::invalidate_range) and
+///   [`advise_mut`](Mapping::advise_mut) (the [`UncheckedAdvice`]s, which
+///   drop pages). Advice that keeps the bytes
+///   ([`advise`](Mapping::advise)), prefetch, pin, populate and flush take
+///   `&self`.
+/// - Eviction drops pages as well, and the next access reads them from
+///   the store again; dirty pages are written back first, so the bytes
+///   read again are those the mapping held, as long as nothing else
+///   changed the store meanwhile. That is the constructors' contract:
+///   [`Runtime::map_file`], [`Runtime::map`] and [`Runtime::map_copy`] are
+///   `unsafe`, as memmap2's `Mmap::map` is, because a store that something
+///   else changes (another process, a `write(2)` to the file, another
+///   mapping of the same file, in this process too) would change the
+///   bytes under a live slice.
+///
+/// So the borrow checker rejects a slice held across a call that changes
+/// its bytes:
 ///
 /// ```compile_fail,E0502
 /// # fn main() -> umio_core::Result<()> {
 /// # let rt = umio_core::Runtime::builder().build()?;
 /// # let file = std::fs::File::open("data.bin").unwrap();
-/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// // SAFETY: nothing else writes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+/// let bytes: &[u8] = map.as_slice();
+/// map.write_at(0, &[2])?; // `map` is borrowed by `bytes`
+/// println!("{}", bytes[0]);
+/// # Ok(()) }
+/// ```
+///
+/// and one held across an unmap:
+///
+/// ```compile_fail,E0502
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::File::open("data.bin").unwrap();
+/// // SAFETY: nothing else writes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
 /// let bytes: &[u8] = map.as_slice();
 /// map.unmap_range(0..map.page_size())?; // `map` is borrowed by `bytes`
 /// println!("{}", bytes[0]);
 /// # Ok(()) }
 /// ```
 ///
-/// while a slice that ends before the unmap is fine:
+/// while a slice that ends before the call is fine:
 ///
 /// ```no_run
 /// # fn main() -> umio_core::Result<()> {
 /// # let rt = umio_core::Runtime::builder().build()?;
-/// # let file = std::fs::File::open("data.bin").unwrap();
-/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// # let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
+/// // SAFETY: nothing else writes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
 /// let first = map[0];
+/// map.write_at(0, &[first.wrapping_add(1)])?;
+/// assert_eq!(map[0], first.wrapping_add(1));
 /// map.unmap_range(0..map.page_size())?;
-/// # let _ = first;
 /// # Ok(()) }
 /// ```
 ///
 /// Handles shared between threads (`Arc<Mapping>`) that never borrow the
-/// bytes as slices, such as those of the C API, unmap part of a mapping
-/// with [`unmap_range_shared`](Mapping::unmap_range_shared), which is
-/// `unsafe` for that reason.
-///
-/// What a slice reads may change while it lives, but never becomes
-/// unmapped memory: the operations that drop pages
-/// ([`invalidate_range`](Mapping::invalidate_range),
-/// [`write_at`](Mapping::write_at), [`Advice::DontNeed`],
-/// [`Advice::PageOut`], [`Advice::Remove`]) and eviction leave the range
-/// mapped, and its next read fetches the page from the store again, which
-/// shows what the store holds then: as with a file that another process
-/// writes under a kernel `mmap`. The bytes are those of the store when
-/// umio reads them. Pointers from [`as_ptr`](Mapping::as_ptr) are valid
-/// until the range is unmapped.
+/// bytes as slices and reach them through raw pointers only
+/// ([`as_ptr`](Mapping::as_ptr)), as the C API and the `LD_PRELOAD` shim
+/// do, make these calls through a shared reference with the `unsafe`
+/// variants [`unmap_range_shared`](Mapping::unmap_range_shared),
+/// [`write_at_shared`](Mapping::write_at_shared),
+/// [`invalidate_range_shared`](Mapping::invalidate_range_shared) and
+/// [`advise_shared`](Mapping::advise_shared), whose callers promise that
+/// no slice of the mapping is alive. For them a umio mapping behaves as a
+/// kernel `MAP_SHARED` mapping does: the bytes behind a pointer may change
+/// at any time, and a pointer is valid until its range is unmapped.
 ///
 /// # Coherence
 /// A kernel `mmap` of a file is coherent with `read(2)` and `write(2)`
@@ -344,7 +375,8 @@ impl MapOptions {
 /// - To write the file: [`write_at`](Mapping::write_at), which writes the
 ///   mapping's dirty pages in the range back first, writes the store, and
 ///   drops the mapping's pages there so that it shows the new bytes. Or,
-///   around a write of your own (`pwrite` on the file):
+///   around a write of your own (`pwrite` on the file, made while no
+///   slice of the mapping lives: see the constructors' contract):
 ///   [`write_back_range`](Mapping::write_back_range) before it and
 ///   [`invalidate_range`](Mapping::invalidate_range) after it.
 /// - To read the file with `read(2)` and see what was written through the
@@ -352,8 +384,10 @@ impl MapOptions {
 /// - Another mapping of the same file (in this process or another) does
 ///   not see a write until it reads the page again: after eviction, after
 ///   [`invalidate_range`](Mapping::invalidate_range), or after
-///   [`Advice::DontNeed`]. Two writable mappings of one range: the last
-///   write-back wins.
+///   [`UncheckedAdvice::DontNeed`]. Two writable mappings of one range: the
+///   last write-back wins. Since a page may be read again at any time
+///   (eviction), a slice of one of them must not live while the other
+///   writes back (see [aliasing](Mapping#aliasing)).
 ///
 /// Programs run through the `LD_PRELOAD` shim get this for free: it
 /// interposes the `write` and `read` families of system calls and keeps
@@ -377,8 +411,10 @@ pub struct Mapping {
 // `&`/`&mut` borrows); all bookkeeping in `Region` is atomic or locked.
 unsafe impl Send for Mapping {}
 // SAFETY: as above; `&Mapping` gives only shared reads of the bytes, and
-// the one `&self` method that unmaps memory (`unmap_range_shared`) is
-// `unsafe`, its caller promising that no slice of the mapping lives.
+// the `&self` methods that unmap memory or change the bytes
+// (`unmap_range_shared`, `write_at_shared`, `invalidate_range_shared`,
+// `advise_shared`) are `unsafe`, their callers promising that no slice of
+// the mapping lives.
 unsafe impl Sync for Mapping {}
 
 impl std::fmt::Debug for Mapping {
@@ -470,37 +506,26 @@ impl Mapping {
     pub fn as_slice(&self) -> &[u8] {
         self.assert_whole();
         // SAFETY: [base, base+len) is mapped readable (checked just above),
-        // and stays so while the slice borrows `self`: every safe operation
-        // that unmaps takes `&mut self` or `self`, and the `&self` one
-        // (`unmap_range_shared`) is unsafe, forbidden while a slice lives.
-        // umio fills pages atomically (UFFDIO_COPY) before a reader
-        // proceeds, and `&self` excludes `&mut` access through this handle.
+        // and stays so, with the same bytes, while the slice borrows
+        // `self`: every safe operation that unmaps or drops pages under it
+        // takes `&mut self` or `self`, the `&self` ones (`*_shared`) are
+        // unsafe, forbidden while a slice lives, and eviction reads back
+        // the bytes it wrote back, as the unsafe constructor's caller
+        // promised that nothing else changes the store meanwhile. umio
+        // fills pages atomically (UFFDIO_COPY) before a reader proceeds,
+        // and `&self` excludes `&mut` access through this handle.
         unsafe { std::slice::from_raw_parts(self.as_ptr().cast_const(), self.len()) }
     }
 
-    /// The mapped bytes, writable.
-    ///
-    /// # Panics
-    /// If the mapping is read-only or partly unmapped; see
-    /// [`try_as_mut_slice`](Mapping::try_as_mut_slice).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        match self.try_as_mut_slice() {
-            Ok(s) => s,
-            Err(e) => panic!("as_mut_slice on a umio mapping: {e}"),
-        }
-    }
-
-    /// The mapped bytes, writable; an error if the mapping is read-only
-    /// ([`Error::InvalidArgument`]) or partly unmapped ([`Error::NotMapped`]).
-    pub fn try_as_mut_slice(&mut self) -> Result<&mut [u8]> {
-        if !self.is_whole() {
-            return Err(Error::NotMapped);
-        }
-        if !self.region.writable {
-            return Err(Error::InvalidArgument("the mapping is read-only"));
-        }
-        // SAFETY: as in as_slice, and `&mut self` makes the slice exclusive.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) })
+    /// The mapped bytes, writable, for a [`MappingMut`].
+    fn slice_mut(&mut self) -> &mut [u8] {
+        assert!(
+            self.is_whole() && self.region.writable,
+            "a MappingMut whose mapping was partly unmapped (an unsafe contract was broken)"
+        );
+        // SAFETY: as in as_slice, and `&mut self` makes the slice exclusive:
+        // the region is writable (checked), so writes are served.
+        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
     }
 
     /// Writes dirty pages back and makes them durable (`fdatasync`). A
@@ -570,7 +595,39 @@ impl Mapping {
     /// Call it after writing the store behind a mapping by other means
     /// (`pwrite` of the mapped file), or use [`write_at`](Mapping::write_at),
     /// which does both; see [coherence](Mapping#coherence).
-    pub fn invalidate_range(&self, range: Range<usize>) -> Result<()> {
+    ///
+    /// It takes `&mut self` because the bytes it shows may differ from
+    /// those a slice of the mapping read before (see
+    /// [aliasing](Mapping#aliasing));
+    /// [`invalidate_range_shared`](Mapping::invalidate_range_shared) is the
+    /// same through a shared handle. A slice held across it does not
+    /// compile:
+    ///
+    /// ```compile_fail,E0502
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// // SAFETY: the file is written by other means only while no slice lives.
+    /// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// let bytes: &[u8] = map.as_slice();
+    /// map.invalidate_range(0..4096)?; // `map` is borrowed by `bytes`
+    /// println!("{}", bytes[0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn invalidate_range(&mut self, range: Range<usize>) -> Result<()> {
+        self.invalidate_at(self.inner(range))
+    }
+
+    /// [`invalidate_range`](Mapping::invalidate_range) through a shared
+    /// handle, for mappings whose users reach the bytes through raw
+    /// pointers only ([`as_ptr`](Mapping::as_ptr)), as the C API and the
+    /// `LD_PRELOAD` shim do.
+    ///
+    /// # Safety
+    /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref, a
+    /// [`MappingMut`]'s) may be alive, in any thread, while the call runs:
+    /// the bytes it covers may change.
+    pub unsafe fn invalidate_range_shared(&self, range: Range<usize>) -> Result<()> {
         self.invalidate_at(self.inner(range))
     }
 
@@ -603,8 +660,30 @@ impl Mapping {
     /// ([`Error::ReadOnlyStore`]). The range must lie within the mapping.
     ///
     /// Other mappings of the same file do not see the write until they
-    /// [`invalidate_range`](Mapping::invalidate_range) it.
-    pub fn write_at(&self, offset: usize, buf: &[u8]) -> Result<()> {
+    /// [`invalidate_range`](Mapping::invalidate_range) it (and no slice of
+    /// theirs may be alive meanwhile: see [aliasing](Mapping#aliasing)).
+    ///
+    /// It takes `&mut self` so that no slice of the mapping lives across
+    /// the change; [`write_at_shared`](Mapping::write_at_shared) is the
+    /// same through a shared handle.
+    pub fn write_at(&mut self, offset: usize, buf: &[u8]) -> Result<()> {
+        self.write_at_inner(offset, buf)
+    }
+
+    /// [`write_at`](Mapping::write_at) through a shared handle, for
+    /// mappings whose users reach the bytes through raw pointers only
+    /// ([`as_ptr`](Mapping::as_ptr)), as the C API (`umio_pwrite`) and the
+    /// `LD_PRELOAD` shim (`pwrite` of a mapped file) do.
+    ///
+    /// # Safety
+    /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref, a
+    /// [`MappingMut`]'s) may be alive, in any thread, while the call runs:
+    /// the bytes it covers change.
+    pub unsafe fn write_at_shared(&self, offset: usize, buf: &[u8]) -> Result<()> {
+        self.write_at_inner(offset, buf)
+    }
+
+    fn write_at_inner(&self, offset: usize, buf: &[u8]) -> Result<()> {
         let end = offset
             .checked_add(buf.len())
             .ok_or(Error::InvalidArgument("range outside the mapping"))?;
@@ -627,15 +706,37 @@ impl Mapping {
     }
 
     /// Turns a writable mapping into a [`MappingMut`], a `&mut [u8]`
-    /// ([`DerefMut`], [`AsMut`]). Gives the mapping back unchanged if it is
-    /// read-only or partly unmapped: the check is made here, once, so that
-    /// a `MappingMut` derefs mutably without a way to fail.
-    pub fn into_mut(self) -> std::result::Result<MappingMut, Mapping> {
-        if self.region.writable && self.is_whole() {
-            Ok(MappingMut(self))
+    /// ([`DerefMut`], [`AsMut`]), as memmap2's `Mmap::make_mut`. Fails if
+    /// the mapping is read-only ([`Error::InvalidArgument`]) or partly
+    /// unmapped ([`Error::NotMapped`]): the check is made here, once, so
+    /// that a `MappingMut` derefs mutably without a way to fail. The error
+    /// converts into [`Error`] (and [`std::io::Error`]), so `?` propagates
+    /// it, and gives the mapping back with
+    /// [`into_mapping`](IntoMutError::into_mapping).
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
+    /// let opts = umio_core::MapOptions::new().writable(true);
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let mut map = unsafe { rt.map_file(&file, opts) }?.into_mut()?;
+    /// map[0] = 1;
+    /// map.flush()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_mut(self) -> std::result::Result<MappingMut, IntoMutError> {
+        let error = if !self.is_whole() {
+            Error::NotMapped
+        } else if !self.region.writable {
+            Error::InvalidArgument("the mapping is read-only: map it with MapOptions::writable")
         } else {
-            Err(self)
-        }
+            return Ok(MappingMut(self));
+        };
+        Err(IntoMutError {
+            mapping: self,
+            error,
+        })
     }
 
     /// Writes back, unmaps, and returns the write-back's error if any. The
@@ -671,7 +772,7 @@ impl Mapping {
     ///
     /// # Safety
     /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref,
-    /// [`as_mut_slice`](Mapping::as_mut_slice)) may be alive, in any thread,
+    /// a [`MappingMut`]'s) may be alive, in any thread,
     /// while the call runs or afterwards over the range unmapped; nor may
     /// any reference be made from a pointer into the range once it is
     /// unmapped. Raw-pointer accesses to the range racing with the call are
@@ -746,7 +847,7 @@ impl Mapping {
     /// leaves them in memory until [`unpin`](Mapping::unpin); flush and
     /// unmap write them back like any page. Pinned pages count against the
     /// cache and may hold at most half of it ([`Error::PinLimit`]). A page
-    /// dropped with [`Advice::DontNeed`] stays pinned and is read again on
+    /// dropped with [`UncheckedAdvice::DontNeed`] stays pinned and is read again on
     /// its next access.
     ///
     /// Under user-mode-only faults ([`Runtime::user_mode_only`]) pin a
@@ -855,7 +956,8 @@ impl Mapping {
     /// # fn main() -> umio_core::Result<()> {
     /// # let rt = umio_core::Runtime::builder().build()?;
     /// # let file = std::fs::File::open("data.bin").unwrap();
-    /// let map = rt.map_file(&file, umio_core::MapOptions::new())?;
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
     /// // The index blocks a query will read next.
     /// map.prefetch_ranges(&[0..4096, 1 << 20..(1 << 20) + 65536, 8192..12288])?;
     /// # Ok(()) }
@@ -886,37 +988,15 @@ impl Mapping {
         Ok(())
     }
 
-    /// Advice for a byte range, as with `madvise(2)`. [`Advice::DontNeed`]
-    /// needs a range starting on a page boundary and ending on one or at
-    /// the end of the mapping (it discards whole pages); the others round
-    /// the range out to whole pages.
+    /// Advice for a byte range, as with `madvise(2)`; the range is rounded
+    /// out to whole pages. The [`Advice`]s keep the bytes as they are; the
+    /// advice that drops pages ([`UncheckedAdvice`]) is given with
+    /// [`advise_mut`](Mapping::advise_mut).
     pub fn advise(&self, range: Range<usize>, advice: Advice) -> Result<()> {
-        let range = match advice {
-            Advice::DontNeed | Advice::Remove => self.inner_from_page(range),
-            _ => self.inner(range),
-        };
+        let range = self.inner(range);
         let pages = self.pages_covering(&range)?;
         match advice {
             Advice::WillNeed => self.prefetch_at(range),
-            Advice::DontNeed => {
-                let ps = self.region.page_size;
-                if !range.start.is_multiple_of(ps)
-                    || (!range.end.is_multiple_of(ps) && range.end != self.region.len)
-                {
-                    return Err(Error::InvalidArgument(
-                        "DontNeed range must start and end on page boundaries",
-                    ));
-                }
-                if pages.is_empty() {
-                    return Ok(());
-                }
-                self.rt
-                    .shared()
-                    .drop_pages(&self.region, pages)
-                    .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
-            }
-            Advice::PageOut => self.invalidate_at(range),
-            Advice::Remove => self.remove(range),
             Advice::Normal | Advice::Sequential | Advice::Random => {
                 self.region
                     .set_advice(pages.start as u64..pages.end as u64, advice);
@@ -948,7 +1028,86 @@ impl Mapping {
         }
     }
 
-    /// [`Advice::Remove`].
+    /// Advice that drops the pages of a byte range, as with `madvise(2)`:
+    /// the next access reads the store again
+    /// ([`UncheckedAdvice::PageOut`]), or reads zeros
+    /// ([`UncheckedAdvice::Remove`]), or loses what was not written back
+    /// ([`UncheckedAdvice::DontNeed`]). [`UncheckedAdvice::DontNeed`] needs
+    /// a range starting on a page boundary and ending on one or at the end
+    /// of the mapping (it discards whole pages); [`UncheckedAdvice::Remove`]
+    /// whole 4 KiB pages; [`UncheckedAdvice::PageOut`] rounds the range out
+    /// to whole pages.
+    ///
+    /// It takes `&mut self` because the bytes may change under a slice (see
+    /// [aliasing](Mapping#aliasing)); memmap2 gives this advice through its
+    /// `unsafe` `unchecked_advise`, umio through
+    /// [`advise_shared`](Mapping::advise_shared) to a shared handle. A
+    /// slice held across it does not compile:
+    ///
+    /// ```compile_fail,E0502
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// use umio_core::UncheckedAdvice;
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// let bytes: &[u8] = map.as_slice();
+    /// map.advise_mut(0..map.page_size(), UncheckedAdvice::DontNeed)?; // borrowed
+    /// println!("{}", bytes[0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn advise_mut(&mut self, range: Range<usize>, advice: UncheckedAdvice) -> Result<()> {
+        self.advise_unchecked(range, advice)
+    }
+
+    /// [`advise_mut`](Mapping::advise_mut) through a shared handle (memmap2's
+    /// `unchecked_advise`), for mappings whose users reach the bytes through
+    /// raw pointers only ([`as_ptr`](Mapping::as_ptr)), as the C API
+    /// (`umio_advise`) and the `LD_PRELOAD` shim (`madvise`) do.
+    ///
+    /// # Safety
+    /// No slice of this mapping ([`as_slice`](Mapping::as_slice), deref, a
+    /// [`MappingMut`]'s) may be alive, in any thread, while the call runs:
+    /// the bytes it covers may change.
+    pub unsafe fn advise_shared(&self, range: Range<usize>, advice: UncheckedAdvice) -> Result<()> {
+        self.advise_unchecked(range, advice)
+    }
+
+    fn advise_unchecked(&self, range: Range<usize>, advice: UncheckedAdvice) -> Result<()> {
+        match advice {
+            UncheckedAdvice::DontNeed => {
+                let range = self.inner_from_page(range);
+                let pages = self.pages_covering(&range)?;
+                let ps = self.region.page_size;
+                if !range.start.is_multiple_of(ps)
+                    || (!range.end.is_multiple_of(ps) && range.end != self.region.len)
+                {
+                    return Err(Error::InvalidArgument(
+                        "DontNeed range must start and end on page boundaries",
+                    ));
+                }
+                if pages.is_empty() {
+                    return Ok(());
+                }
+                self.rt
+                    .shared()
+                    .drop_pages(&self.region, pages)
+                    .map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))
+            }
+            UncheckedAdvice::PageOut => {
+                let range = self.inner(range);
+                self.pages_covering(&range)?;
+                self.invalidate_at(range)
+            }
+            UncheckedAdvice::Remove => {
+                let range = self.inner_from_page(range);
+                self.pages_covering(&range)?;
+                self.remove(range)
+            }
+        }
+    }
+
+    /// [`UncheckedAdvice::Remove`].
     fn remove(&self, range: Range<usize>) -> Result<()> {
         if !range.start.is_multiple_of(crate::MIN_PAGE_SIZE)
             || (!range.end.is_multiple_of(crate::MIN_PAGE_SIZE) && range.end != self.region.len)
@@ -1057,8 +1216,41 @@ impl Runtime {
     /// `MAP_PRIVATE`): as [`map_file`](Runtime::map_file) with
     /// [`MapOptions::copy_on_write`]. The mapping is writable even over a
     /// read-only file; its writes never reach the file.
-    pub fn map_copy(&self, file: &std::fs::File, opts: MapOptions) -> Result<Mapping> {
-        self.map_file(file, opts.copy_on_write(true))
+    ///
+    /// # Safety
+    /// As for [`map_file`](Runtime::map_file): pages the mapping has not
+    /// written are read from the file, so nothing else may change the
+    /// file's mapped bytes while a slice of the mapping lives.
+    pub unsafe fn map_copy(&self, file: &std::fs::File, opts: MapOptions) -> Result<Mapping> {
+        // SAFETY: the caller keeps map_file's contract.
+        unsafe { self.map_file(file, opts.copy_on_write(true)) }
+    }
+
+    /// Maps a file writable, as a [`MappingMut`] (memmap2's
+    /// `MmapMut::map_mut`): [`map_file`](Runtime::map_file) with
+    /// [`MapOptions::writable`], then [`Mapping::into_mut`]. The file must
+    /// be open for reading and writing.
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let mut map = unsafe { rt.map_file_mut(&file, umio_core::MapOptions::new()) }?;
+    /// map[..5].copy_from_slice(b"hello");
+    /// map.flush()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// As for [`map_file`](Runtime::map_file).
+    pub unsafe fn map_file_mut(
+        &self,
+        file: &std::fs::File,
+        opts: MapOptions,
+    ) -> Result<MappingMut> {
+        // SAFETY: the caller keeps map_file's contract.
+        Ok(unsafe { self.map_file(file, opts.writable(true)) }?.into_mut()?)
     }
 
     /// The store a region of `opts` maps: `store`, or a copy-on-write view
@@ -1142,18 +1334,30 @@ impl AsRef<[u8]> for Mapping {
     }
 }
 
-/// A writable [`Mapping`] as a mutable byte slice: [`DerefMut`] and
-/// [`AsMut`], from [`Mapping::into_mut`].
+/// A writable [`Mapping`] as a mutable byte slice ([`DerefMut`] and
+/// [`AsMut`]), as memmap2's `MmapMut`: from [`Mapping::into_mut`] or
+/// [`Runtime::map_file_mut`].
 ///
-/// A read-only `Mapping` has no `DerefMut`, so writing to it is a compile
-/// error rather than a runtime panic:
+/// A read-only `Mapping` has no `DerefMut` and no `as_mut_slice`, so
+/// writing to it is a compile error rather than a runtime panic:
 ///
 /// ```compile_fail,E0596
 /// # fn main() -> umio_core::Result<()> {
 /// # let rt = umio_core::Runtime::builder().build()?;
 /// # let file = std::fs::File::open("data.bin").unwrap();
-/// let mut map = rt.map_file(&file, umio_core::MapOptions::new())?;
+/// // SAFETY: nothing else changes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
 /// map[0] = 1; // `Mapping` is `Deref` only
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail,E0599
+/// # fn main() -> umio_core::Result<()> {
+/// # let rt = umio_core::Runtime::builder().build()?;
+/// # let file = std::fs::File::open("data.bin").unwrap();
+/// // SAFETY: nothing else changes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+/// map.as_mut_slice()[0] = 1; // only a `MappingMut` has it
 /// # Ok(()) }
 /// ```
 ///
@@ -1161,31 +1365,87 @@ impl AsRef<[u8]> for Mapping {
 /// # fn main() -> umio_core::Result<()> {
 /// # let rt = umio_core::Runtime::builder().build()?;
 /// # let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
-/// let map = rt.map_file(&file, umio_core::MapOptions::new().writable(true))?;
-/// let mut map = map.into_mut().expect("a writable mapping");
+/// let opts = umio_core::MapOptions::new().writable(true);
+/// // SAFETY: nothing else changes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file(&file, opts) }?.into_mut()?;
 /// map[0] = 1;
 /// map[1..].fill(7);
-/// map.mapping().flush()?;
+/// map.flush()?;
 /// # Ok(()) }
 /// ```
 ///
 /// It is whole and writable for its whole life: it gives the
-/// [`Mapping`]'s `&self` methods through [`mapping`](MappingMut::mapping)
-/// but not `&mut Mapping`, so [`unmap_range`](Mapping::unmap_range) needs
+/// [`Mapping`]'s `&self` methods through [`mapping`](MappingMut::mapping),
+/// and those of its `&mut self` methods that keep it whole
+/// ([`write_at`](MappingMut::write_at),
+/// [`invalidate_range`](MappingMut::invalidate_range),
+/// [`advise_mut`](MappingMut::advise_mut)) as its own, but not
+/// `&mut Mapping`, so [`unmap_range`](Mapping::unmap_range) needs
 /// [`into_mapping`](MappingMut::into_mapping) first. Dropping it unmaps, as
 /// dropping a `Mapping` does.
 pub struct MappingMut(Mapping);
 
 impl MappingMut {
-    /// The mapping, for its `&self` methods (flush, advice, prefetch,
+    /// The mapping, for its `&self` methods (advice, prefetch, pin,
     /// counters).
     pub fn mapping(&self) -> &Mapping {
         &self.0
     }
 
-    /// Back to a [`Mapping`], e.g. to unmap part of it.
+    /// Back to a [`Mapping`], e.g. to unmap part of it (memmap2's
+    /// `make_read_only`, except that the region stays writable: its
+    /// bytes can then be written through [`Mapping::as_ptr`] only).
     pub fn into_mapping(self) -> Mapping {
         self.0
+    }
+
+    /// The mapped bytes (also `&*map`, through [`Deref`]).
+    pub fn as_slice(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+
+    /// The mapped bytes, writable (also `&mut *map`, through [`DerefMut`]).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.0.slice_mut()
+    }
+
+    /// First byte of the mapping.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+
+    /// Writes dirty pages back and makes them durable: [`Mapping::flush`].
+    pub fn flush(&self) -> Result<()> {
+        self.0.flush()
+    }
+
+    /// Writes back the dirty pages overlapping `range` (bytes) and syncs:
+    /// [`Mapping::flush_range`].
+    pub fn flush_range(&self, range: Range<usize>) -> Result<()> {
+        self.0.flush_range(range)
+    }
+
+    /// Writes the dirty pages to the store without waiting for durability:
+    /// [`Mapping::flush_async`].
+    pub fn flush_async(&self) -> Result<()> {
+        self.0.flush_async()
+    }
+
+    /// Writes `buf` to the store at byte `offset`, then shows it:
+    /// [`Mapping::write_at`].
+    pub fn write_at(&mut self, offset: usize, buf: &[u8]) -> Result<()> {
+        self.0.write_at(offset, buf)
+    }
+
+    /// Writes back and drops the pages overlapping `range`, so that the
+    /// next access reads the store again: [`Mapping::invalidate_range`].
+    pub fn invalidate_range(&mut self, range: Range<usize>) -> Result<()> {
+        self.0.invalidate_range(range)
+    }
+
+    /// Advice that drops pages: [`Mapping::advise_mut`].
+    pub fn advise_mut(&mut self, range: Range<usize>, advice: UncheckedAdvice) -> Result<()> {
+        self.0.advise_mut(range, advice)
     }
 
     /// Writes back, unmaps, and returns the write-back's error if any (see
@@ -1218,10 +1478,11 @@ impl Deref for MappingMut {
 impl DerefMut for MappingMut {
     fn deref_mut(&mut self) -> &mut [u8] {
         // Writable and whole since `into_mut`: only `&self` of the mapping
-        // is reachable (an unsafe `unmap_range_shared` or a fixed mapping
-        // replacing its pages would break their contracts). Checked
-        // anyway, with a clear panic.
-        self.0.as_mut_slice()
+        // and the `&mut self` methods that keep it whole are reachable (an
+        // unsafe `unmap_range_shared` or a fixed mapping replacing its
+        // pages would break their contracts). Checked anyway, with a clear
+        // panic.
+        self.0.slice_mut()
     }
 }
 
@@ -1234,5 +1495,61 @@ impl AsRef<[u8]> for MappingMut {
 impl AsMut<[u8]> for MappingMut {
     fn as_mut(&mut self) -> &mut [u8] {
         self
+    }
+}
+
+/// The error of [`Mapping::into_mut`]: why the mapping cannot be written
+/// as a slice, with the mapping itself, to be taken back with
+/// [`into_mapping`](IntoMutError::into_mapping). Converts into [`Error`]
+/// and [`std::io::Error`], so `?` propagates it (the mapping is then
+/// dropped: unmapped).
+pub struct IntoMutError {
+    mapping: Mapping,
+    error: Error,
+}
+
+impl IntoMutError {
+    /// Why: [`Error::InvalidArgument`] for a read-only mapping,
+    /// [`Error::NotMapped`] for one partly or wholly unmapped.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The mapping, unchanged.
+    pub fn into_mapping(self) -> Mapping {
+        self.mapping
+    }
+}
+
+impl std::fmt::Debug for IntoMutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntoMutError")
+            .field("mapping", &self.mapping)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for IntoMutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write the mapping as a slice: {}", self.error)
+    }
+}
+
+impl std::error::Error for IntoMutError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<IntoMutError> for Error {
+    fn from(e: IntoMutError) -> Error {
+        e.error
+    }
+}
+
+impl From<IntoMutError> for std::io::Error {
+    fn from(e: IntoMutError) -> std::io::Error {
+        e.error.into()
     }
 }

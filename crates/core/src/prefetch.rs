@@ -14,7 +14,10 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-/// Access-pattern advice for a range of a mapping, as with `madvise(2)`.
+/// Access-pattern advice for a range of a mapping, as with `madvise(2)`:
+/// advice that leaves the bytes as they are, given with
+/// [`Mapping::advise`](crate::Mapping::advise) through a shared handle.
+/// The advice that drops pages is [`UncheckedAdvice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Advice {
     /// No special treatment: the region's prefetch policy decides.
@@ -26,10 +29,6 @@ pub enum Advice {
     Random,
     /// Expect access soon: fetch the range in the background now.
     WillNeed,
-    /// Not needed: discard the range's pages without writing them back;
-    /// the next access reads the store again (changes not yet written back
-    /// are lost, as they are for `MADV_DONTNEED` on a private mapping).
-    DontNeed,
     /// Promote the range's aligned 2 MiB ranges to huge pages on their
     /// next miss, whatever the region's promotion policy (as
     /// `MADV_HUGEPAGE` asks of the kernel). Needs a page size that divides
@@ -37,6 +36,21 @@ pub enum Advice {
     Huge,
     /// Never promote the range's 2 MiB ranges (as `MADV_NOHUGEPAGE`).
     NoHuge,
+}
+
+/// Advice that drops the range's pages, so that the next access reads the
+/// store again and may see other bytes than before: memmap2's
+/// `UncheckedAdvice`. Given with
+/// [`Mapping::advise_mut`](crate::Mapping::advise_mut), which borrows the
+/// mapping mutably so that no slice of it lives across the change, or
+/// through a shared handle with the `unsafe`
+/// [`Mapping::advise_shared`](crate::Mapping::advise_shared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UncheckedAdvice {
+    /// Not needed: discard the range's pages without writing them back;
+    /// the next access reads the store again (changes not yet written back
+    /// are lost, as they are for `MADV_DONTNEED` on a private mapping).
+    DontNeed,
     /// Free the range, as `MADV_REMOVE` does: dirty pages overlapping it
     /// are written back (their bytes outside the range are kept), the
     /// store's bytes in the range are discarded
@@ -47,7 +61,9 @@ pub enum Advice {
     Remove,
     /// Evict the pages overlapping the range now (`MADV_PAGEOUT`, and
     /// `MADV_COLD`, which umio treats alike): dirty ones are written back
-    /// first, so nothing is lost; the next access reads the store again.
+    /// first, so nothing written through the mapping is lost; the next
+    /// access reads the store again, and shows what was written to it by
+    /// other means meanwhile.
     PageOut,
 }
 

@@ -348,14 +348,16 @@ mod tests {
         }
         // Each 4 KiB of the store holds its index + 1.
         let bytes: Vec<u8> = (0..4 * PS).map(|i| (i / 4096) as u8 + 1).collect();
-        let map = rt
-            .map(
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let map = unsafe {
+            rt.map(
                 MapOptions::new()
                     .store(Arc::new(MemoryStore::new(bytes)))
                     .len(4 * PS)
                     .prefetch(PrefetchKind::None),
             )
-            .unwrap();
+        }
+        .unwrap();
         let base = map.as_ptr() as usize;
         let read = |at: usize| {
             // SAFETY: inside the mapping, which lives until the end.

@@ -110,8 +110,10 @@ impl Drop for RuntimeInner {
 ///     .fillers(2)
 ///     .build()?;
 /// let file = std::fs::OpenOptions::new().read(true).write(true).open("data.bin")?;
-/// let mut map = rt.map_file(&file, umio_core::MapOptions::new().len(1 << 20).writable(true))?;
-/// map.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// let opts = umio_core::MapOptions::new().len(1 << 20);
+/// // SAFETY: nothing else changes data.bin while the mapping lives.
+/// let mut map = unsafe { rt.map_file_mut(&file, opts) }?;
+/// map[..5].copy_from_slice(b"hello");
 /// map.flush()?;
 /// map.unmap()?;
 /// # Ok(()) }

@@ -192,37 +192,51 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
         // replaced, umio mappings included.
         opts = unsafe { opts.fixed_address(req.addr as usize) };
     }
+    // SAFETY (of each `map` and `map_file` below): a C program reaches the
+    // mapping through raw pointers only, as with mmap(MAP_SHARED), and no
+    // Rust slice of a C API mapping is ever made, so a store that changes
+    // under it (another process writing the file, ...) breaks no
+    // reference; C sees the bytes change, as under a shared mmap.
     let mapping = match source {
         Source::Fd(-1, _) if anonymous => {
             let len = req.len.unwrap_or(0) as u64;
             let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
             let scratch = umio_backends::FileStore::scratch(None, len).map_err(io)?;
             let rt = config::runtime()?;
-            rt.map(opts.store(Arc::new(scratch)))?
+            // SAFETY: see above.
+            unsafe { rt.map(opts.store(Arc::new(scratch))) }?
         }
         Source::Fd(fd, backend) => {
             let file = dup(fd)?;
             let rt = config::runtime()?;
             let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
             match backend {
-                Backend::Pread => rt.map_file(&file, opts)?,
+                // SAFETY: see above.
+                Backend::Pread => unsafe { rt.map_file(&file, opts) }?,
                 Backend::Uring { direct } => {
                     let store =
                         UringStore::new(&file, UringOptions::new().direct(direct)).map_err(io)?;
-                    rt.map(opts.store(Arc::new(store)))?
+                    // SAFETY: see above.
+                    unsafe { rt.map(opts.store(Arc::new(store))) }?
                 }
-                Backend::Dax => rt.map(opts.store(Arc::new(DaxStore::new(&file).map_err(io)?)))?,
+                Backend::Dax => {
+                    let store = Arc::new(DaxStore::new(&file).map_err(io)?);
+                    // SAFETY: see above.
+                    unsafe { rt.map(opts.store(store)) }?
+                }
             }
         }
         Source::Rados(spec) => {
             let store = spec.open(req.len, req.prot & libc::PROT_WRITE != 0)?;
             let rt = config::runtime()?;
-            rt.map(opts.store(store))?
+            // SAFETY: see above.
+            unsafe { rt.map(opts.store(store)) }?
         }
         Source::Store(store) => {
             store.check().map_err(|_| einval)?;
             let rt = config::runtime()?;
-            rt.map(opts.store(Arc::new(store)))?
+            // SAFETY: see above.
+            unsafe { rt.map(opts.store(Arc::new(store))) }?
         }
     };
     if fixed {

@@ -6,9 +6,8 @@ use std::ffi::{c_int, c_void};
 use umio_core::{Advice, Fault, FaultKind, FetchList, Prefetcher};
 
 use crate::native::{
-    UMIO_ADVICE_DONTNEED, UMIO_ADVICE_HUGE, UMIO_ADVICE_NOHUGE, UMIO_ADVICE_NORMAL,
-    UMIO_ADVICE_PAGEOUT, UMIO_ADVICE_RANDOM, UMIO_ADVICE_REMOVE, UMIO_ADVICE_SEQUENTIAL,
-    UMIO_ADVICE_WILLNEED,
+    UMIO_ADVICE_HUGE, UMIO_ADVICE_NOHUGE, UMIO_ADVICE_NORMAL, UMIO_ADVICE_RANDOM,
+    UMIO_ADVICE_SEQUENTIAL, UMIO_ADVICE_WILLNEED,
 };
 use crate::ops::{OwnedOps, callback_table};
 
@@ -115,11 +114,8 @@ fn advice_value(advice: Advice) -> c_int {
         Advice::Sequential => UMIO_ADVICE_SEQUENTIAL,
         Advice::Random => UMIO_ADVICE_RANDOM,
         Advice::WillNeed => UMIO_ADVICE_WILLNEED,
-        Advice::DontNeed => UMIO_ADVICE_DONTNEED,
         Advice::Huge => UMIO_ADVICE_HUGE,
         Advice::NoHuge => UMIO_ADVICE_NOHUGE,
-        Advice::Remove => UMIO_ADVICE_REMOVE,
-        Advice::PageOut => UMIO_ADVICE_PAGEOUT,
     }
 }
 

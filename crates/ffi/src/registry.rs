@@ -165,9 +165,11 @@ mod tests {
             .build()
             .expect("a runtime (the tests need userfaultfd: run as root)");
         let store = Arc::new(MemoryStore::new(vec![1u8; 8 * PS]));
-        let base = insert(rt.map(MapOptions::new().store(store).len(8 * PS)).unwrap());
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        let base = insert(unsafe { rt.map(MapOptions::new().store(store).len(8 * PS)) }.unwrap());
         let other = insert(
-            rt.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![2u8; PS]))))
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            unsafe { rt.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![2u8; PS])))) }
                 .unwrap(),
         );
         let at = |addr: usize| find(addr).map(|m| m.as_ptr() as usize);

@@ -92,7 +92,10 @@ fn write_back(id: FileId, from: u64, to: u64, shared_only: bool) -> Result<(), E
 /// file's new bytes, as with the kernel.
 fn invalidate(id: FileId, from: u64, to: u64) -> Result<(), Errno> {
     for (e, r) in mapped(id, from, to) {
-        match e.mapping.invalidate_range(r.clone()) {
+        // SAFETY: the application reaches the mapping through pointers
+        // only, and sees the file's new bytes as under a kernel mmap; the
+        // shim makes no slice of it.
+        match unsafe { e.mapping.invalidate_range_shared(r.clone()) } {
             Err(err) if !gone(&err) => {
                 log::error!("umio-preload: a mapping could not take a write to its file: {err}");
                 return Err(err.into());

@@ -3,7 +3,7 @@
 //! The region (`UMIO_HEAP_SIZE` bytes of address space, the file as large
 //! and sparse) is carved into extents of whole umio pages: a bump pointer,
 //! and a free list of freed extents (first fit, coalesced). `free` discards
-//! an extent's pages without writing them back (`Advice::DontNeed`) and
+//! an extent's pages without writing them back (`UncheckedAdvice::DontNeed`) and
 //! punches a hole in the file, so the extent reads as zeros again and
 //! `calloc` can hand it out without clearing it.
 
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use umio_backends::FileStore;
-use umio_core::{Advice, MapOptions, Mapping};
+use umio_core::{MapOptions, Mapping, UncheckedAdvice};
 
 use crate::config::Config;
 use crate::runtime::runtime;
@@ -171,12 +171,16 @@ impl Heap {
         let file = open_file(path, cfg.heap_size)?;
         let rt = runtime().map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
         let store = FileStore::new(&file)?;
-        let mapping = rt.map(
-            MapOptions::new()
-                .store(Arc::new(store))
-                .len(cfg.heap_size)
-                .writable(true),
-        )?;
+        // SAFETY: the heap file is the shim's own; the application reaches
+        // the heap through pointers only, and no Rust slice of it is made.
+        let mapping = unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(Arc::new(store))
+                    .len(cfg.heap_size)
+                    .writable(true),
+            )
+        }?;
         Ok(Heap {
             base: mapping.as_ptr() as usize,
             size: cfg.heap_size / mapping.page_size() * mapping.page_size(),
@@ -258,7 +262,13 @@ impl Heap {
         // discard again (read-ahead may have filled pages from the file
         // between the two).
         let range = off..off + len;
-        let dropped = self.mapping.advise(range.clone(), Advice::DontNeed).is_ok();
+        // SAFETY: no Rust slice of the heap is made; the freed range is no
+        // longer the application's.
+        let dropped = unsafe {
+            self.mapping
+                .advise_shared(range.clone(), UncheckedAdvice::DontNeed)
+        }
+        .is_ok();
         // SAFETY: fallocate on our own descriptor, within the file.
         let punched = unsafe {
             libc::fallocate(
@@ -268,7 +278,10 @@ impl Heap {
                 len as i64,
             )
         } == 0;
-        let zero = dropped && punched && self.mapping.advise(range, Advice::DontNeed).is_ok();
+        let zero = dropped
+            && punched
+            // SAFETY: as above.
+            && unsafe { self.mapping.advise_shared(range, UncheckedAdvice::DontNeed) }.is_ok();
         let mut x = self.lock();
         x.stats.frees += 1;
         x.stats.live_bytes -= len;

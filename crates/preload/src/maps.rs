@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
 use umio_backends::Store;
-use umio_core::{Advice, MapOptions, Mapping};
+use umio_core::{Advice, MapOptions, Mapping, UncheckedAdvice};
 
 use crate::runtime::{Errno, config, runtime};
 use crate::stores::{SharedFile, copy_on_write};
@@ -393,13 +393,17 @@ pub(crate) fn map(
         // in the range, as the kernel's MAP_FIXED would take it; umio
         // replaces its own mappings there (their dirty pages written back).
         opts = unsafe { opts.page_size(ps).fixed_address(addr) };
-        let mapped = rt.map(opts);
+        // SAFETY: the application reaches the mapping through pointers only,
+        // as it would a kernel mmap; no Rust slice of it is ever made, so
+        // a file that changes under it breaks no reference.
+        let mapped = unsafe { rt.map(opts) };
         // Older umio mappings lose what was replaced, even on failure
         // (mmap's MAP_FIXED may remove the old mapping when it fails).
         drop(forget_replaced(&range));
         mapped?
     } else {
-        rt.map(opts)?
+        // SAFETY: as above.
+        unsafe { rt.map(opts) }?
     };
     let base = mapping.as_ptr() as usize;
     let span = len.next_multiple_of(mapping.page_size());
@@ -748,8 +752,14 @@ pub(crate) fn advise(
             libc::MADV_WILLNEED | 22 | 23 => m.prefetch(r)?,
             libc::MADV_DONTNEED if dontneed_is_noop => {}
             libc::MADV_DONTNEED => discard(&s.entry, r)?,
-            libc::MADV_REMOVE => m.advise(r, Advice::Remove)?,
-            libc::MADV_COLD | libc::MADV_PAGEOUT => m.advise(r, Advice::PageOut)?,
+            // SAFETY: the shim makes no slice of its mappings; the
+            // application sees the bytes change, as under the kernel's
+            // madvise.
+            libc::MADV_REMOVE => unsafe { m.advise_shared(r, UncheckedAdvice::Remove) }?,
+            libc::MADV_COLD | libc::MADV_PAGEOUT => {
+                // SAFETY: as above.
+                unsafe { m.advise_shared(r, UncheckedAdvice::PageOut) }?
+            }
             libc::MADV_HUGEPAGE
             | libc::MADV_NOHUGEPAGE
             | libc::MADV_MERGEABLE
@@ -789,12 +799,14 @@ fn discard(e: &Entry, r: Range<usize>) -> Result<(), Errno> {
         e.mapping.flush_range(r.clone())?;
         let a = r.start / ps * ps;
         let b = r.end.next_multiple_of(ps).min(mlen);
-        e.mapping.advise(a..b, Advice::DontNeed)?;
+        // SAFETY: the shim makes no slice of its mappings.
+        unsafe { e.mapping.advise_shared(a..b, UncheckedAdvice::DontNeed) }?;
     } else {
         let a = r.start.next_multiple_of(ps);
         let b = if r.end >= mlen { mlen } else { r.end / ps * ps };
         if a < b {
-            e.mapping.advise(a..b, Advice::DontNeed)?;
+            // SAFETY: the shim makes no slice of its mappings.
+            unsafe { e.mapping.advise_shared(a..b, UncheckedAdvice::DontNeed) }?;
             if let Some(c) = &e.cow {
                 c.forget(a as u64, b as u64);
             }
@@ -929,13 +941,17 @@ pub(crate) fn remap(
             (e.store.clone(), None)
         }
     };
-    let mapping = rt.map(
-        MapOptions::new()
-            .store(store.clone())
-            .offset(e.offset)
-            .len(new_len)
-            .writable(e.writable),
-    )?;
+    // SAFETY: the application reaches the mapping through pointers only;
+    // the shim makes no slice of it.
+    let mapping = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .offset(e.offset)
+                .len(new_len)
+                .writable(e.writable),
+        )
+    }?;
     let base = mapping.as_ptr() as usize;
     let span = new_len.next_multiple_of(mapping.page_size());
     let prot = segs[0].prot;

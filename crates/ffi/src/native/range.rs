@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use std::ops::Range;
 
-use umio_core::{Advice, Mapping};
+use umio_core::{Advice, Mapping, UncheckedAdvice};
 
 use crate::boundary::{Errno, ffi_boundary};
 use crate::registry;
@@ -83,7 +83,10 @@ pub unsafe extern "C" fn umio_pwrite(addr: *mut c_void, buf: *const c_void, len:
         }
         // SAFETY: the caller's `len` readable bytes.
         let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
-        m.write_at(range.start, bytes)?;
+        // SAFETY: no Rust slice of a C API mapping is ever made; C reaches
+        // the bytes through pointers, which see the new bytes, as after a
+        // pwrite of a file under a shared mmap.
+        unsafe { m.write_at_shared(range.start, bytes) }?;
         Ok(0)
     })
 }
@@ -117,7 +120,10 @@ pub unsafe extern "C" fn umio_write_back(addr: *const c_void, len: usize) -> c_i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umio_invalidate(addr: *const c_void, len: usize) -> c_int {
     ffi_boundary!(-1, {
-        on_range(addr, len, |m, range| m.invalidate_range(range))
+        // SAFETY: no Rust slice of a C API mapping is ever made.
+        on_range(addr, len, |m, range| unsafe {
+            m.invalidate_range_shared(range)
+        })
     })
 }
 
@@ -147,12 +153,20 @@ pub unsafe extern "C" fn umio_advise(addr: *const c_void, len: usize, advice: c_
             UMIO_ADVICE_RANDOM => Advice::Random,
             UMIO_ADVICE_SEQUENTIAL => Advice::Sequential,
             UMIO_ADVICE_WILLNEED => Advice::WillNeed,
-            UMIO_ADVICE_DONTNEED => Advice::DontNeed,
             UMIO_ADVICE_HUGE => Advice::Huge,
             UMIO_ADVICE_NOHUGE => Advice::NoHuge,
-            UMIO_ADVICE_REMOVE => Advice::Remove,
-            UMIO_ADVICE_COLD | UMIO_ADVICE_PAGEOUT => Advice::PageOut,
-            _ => return Err(Errno(libc::EINVAL)),
+            _ => {
+                let advice = match advice {
+                    UMIO_ADVICE_DONTNEED => UncheckedAdvice::DontNeed,
+                    UMIO_ADVICE_REMOVE => UncheckedAdvice::Remove,
+                    UMIO_ADVICE_COLD | UMIO_ADVICE_PAGEOUT => UncheckedAdvice::PageOut,
+                    _ => return Err(Errno(libc::EINVAL)),
+                };
+                // SAFETY: no Rust slice of a C API mapping is ever made.
+                return on_range(addr, len, |m, range| unsafe {
+                    m.advise_shared(range, advice)
+                });
+            }
         };
         on_range(addr, len, |m, range| m.advise(range, advice))
     })
