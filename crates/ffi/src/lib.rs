@@ -25,7 +25,7 @@
 //! This crate only translates: C arguments to umio-core calls, umio's
 //! errors to errno. Every export runs inside [`boundary::ffi_boundary!`],
 //! which catches panics and sets a positive errno; the log prints at
-//! `UMAP_LOG_LEVEL`'s level, by default errors only ([`logging`]).
+//! `UMAP_LOG_LEVEL`'s level, by default warnings and errors ([`logging`]).
 //!
 //! [`version`] gives the version macros and `umio_version()`.
 //!

@@ -3,8 +3,10 @@
 //! `ERROR`, `WARNING` (or `WARN`), `INFO` or `DEBUG` (any case), as in
 //! UMap, print umio's log records of that level and above to standard
 //! error, one line each; `OFF` prints nothing. Unset, the level is
-//! `ERROR`: what umio refuses or cannot do and a program would otherwise
-//! see only as an errno or a signal (a setting refused, and why).
+//! `WARNING`: what umio refuses or cannot do and a program would otherwise
+//! see only as an errno or a signal (a setting or flag refused, and why;
+//! a store that fails; a fault that has waited seconds for a slow store
+//! or for cache space, and on what).
 
 use std::io::Write;
 
@@ -49,7 +51,7 @@ pub(crate) fn parse_level(value: &str) -> Option<LevelFilter> {
 }
 
 /// The level when `UMAP_LOG_LEVEL` is unset.
-pub(crate) const DEFAULT_LEVEL: LevelFilter = LevelFilter::Error;
+pub(crate) const DEFAULT_LEVEL: LevelFilter = LevelFilter::Warn;
 
 /// Starts printing records of `level` and above. Called when the runtime
 /// starts; later calls change only the level.

@@ -19,8 +19,9 @@
  * - Errors return UMAP_FAILED or -1 with a positive errno (EINVAL, EBADF,
  *   EACCES, ENODEV, EEXIST, ENOMEM, ...): nothing throws or aborts. What
  *   the errno cannot tell (a setting refused, and why) is printed on
- *   stderr, as UMAP_LOG_LEVEL's default, ERROR, has it; UMAP_LOG_LEVEL=OFF
- *   prints nothing.
+ *   stderr, as UMAP_LOG_LEVEL's default, WARNING, has it (and a store
+ *   that fails, or a fault that has waited seconds, and on what);
+ *   UMAP_LOG_LEVEL=OFF prints nothing.
  * - UMAP_PRIVATE and MAP_SHARED behave alike: writes reach the file when
  *   their page is evicted at the latest, and are durable when umap_flush()
  *   or uunmap() returns, or the process exits normally (exit, a return
@@ -54,7 +55,7 @@
  *                                   default 2 MiB worth)
  *   UMAP_MAX_FAULT_EVENTS           fault events a filler reads at once
  *                                   (default 256, 1 to 4096)
- *   UMAP_LOG_LEVEL                  ERROR (default), WARNING, INFO, DEBUG
+ *   UMAP_LOG_LEVEL                  ERROR, WARNING (default), INFO, DEBUG
  *                                   or OFF: umio's log records printed
  *                                   on stderr
  *   UMAP_MONITOR_FREQ               seconds between two lines of runtime
