@@ -186,14 +186,68 @@ unsafe fn peek(addr: usize) -> u8 {
     unsafe { (addr as *const u8).read_volatile() }
 }
 
+/// Plain `mmap`s of `len` bytes (`PROT_NONE`), placed by the kernel, until
+/// one lands in `hole`: the kernel places a mapping at the highest gap
+/// that fits it, so these fill every higher gap and the next mapping of
+/// `len` bytes lands in the hole. The one in the hole is unmapped; the
+/// others stay until the `Probes` are dropped.
+struct Probes(Vec<usize>, usize);
+
+impl Probes {
+    fn up_to(hole: std::ops::Range<usize>, len: usize) -> Probes {
+        let mut probes = Probes(Vec::new(), len);
+        loop {
+            // SAFETY: a new anonymous mapping, placed by the kernel.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+            let p = p as usize;
+            if hole.start <= p && p + len <= hole.end {
+                // SAFETY: just mapped, used by nothing.
+                unsafe { libc::munmap(p as *mut libc::c_void, len) };
+                return probes;
+            }
+            probes.0.push(p);
+            assert!(probes.0.len() < 100_000, "the hole is never the next gap");
+        }
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            // SAFETY: mapped by `up_to`, used by nothing.
+            unsafe { libc::munmap(p as *mut libc::c_void, self.1) };
+        }
+    }
+}
+
+/// How B comes to lie in A's hole.
+#[derive(Clone, Copy)]
+enum Newcomer {
+    /// Mapped by A's runtime at an address the kernel picks: the hole.
+    Placed,
+    /// Mapped by another runtime at the hole's address
+    /// (`fixed_address_noreplace`).
+    OtherRuntime,
+}
+
 /// Row 1: A's pages 16..32 are unmapped, and the unmap waits in the
 /// store's `sync`; B is mapped into the hole; a miss on page 40 of A must
-/// be served as A's. Before, the tables still held A whole, and the
-/// lookup, checking only the entry nearest below the address (B's),
-/// found nothing: a filler dropped the event and the reader slept for
-/// good; in-thread, the SIGBUS was chained to the default action and the
-/// process died.
-fn miss_beside_a_range_being_unmapped(service: FaultService) {
+/// be served as A's. Before, the tables still held A whole and B in A's
+/// hole, and the lookup, checking only the entry nearest below the
+/// address (B's), found nothing: a filler dropped the event and the reader
+/// slept for good; in-thread, the SIGBUS was chained to the default action
+/// and the process died.
+fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer) {
     const PAGES: usize = 64;
     let rt = runtime(service);
     let data = a_bytes(PAGES);
@@ -215,13 +269,42 @@ fn miss_beside_a_range_being_unmapped(service: FaultService) {
         "the partial unmap never synced its store"
     );
     // The range's memory is gone: B takes its place.
-    let b = map(
-        &rt,
-        Arc::new(MemoryStore::new(vec![9; 16 * PAGE])),
-        MapOptions::new().fixed_address_noreplace(base + 16 * PAGE),
-    )
-    .expect("B maps into A's hole");
-    assert_eq!(b.as_ptr() as usize, base + 16 * PAGE);
+    let hole = base + 16 * PAGE..base + 32 * PAGE;
+    let other_rt;
+    let (b, _probes) = match newcomer {
+        Newcomer::Placed => {
+            // Pages of 12 KiB are mapped with 4 KiB alignment: the kernel
+            // is asked for B's length and 4 KiB more.
+            let (b_page, b_len) = (3 * PAGE, 12 * PAGE);
+            let mut tries = 0;
+            loop {
+                let probes = Probes::up_to(hole.clone(), b_len + PAGE);
+                let b = map(
+                    &rt,
+                    Arc::new(MemoryStore::new(vec![9; b_len])),
+                    MapOptions::new().page_size(b_page),
+                )
+                .unwrap();
+                let at = b.as_ptr() as usize;
+                if hole.start <= at && at + b_len <= hole.end {
+                    break (b, Some(probes));
+                }
+                // Something else took the gap first.
+                tries += 1;
+                assert!(tries < 10, "B never lands in A's hole");
+            }
+        }
+        Newcomer::OtherRuntime => {
+            other_rt = runtime(service);
+            let b = map(
+                &other_rt,
+                Arc::new(MemoryStore::new(vec![9; 16 * PAGE])),
+                MapOptions::new().fixed_address_noreplace(hole.start),
+            )
+            .expect("B maps into A's hole");
+            (b, None)
+        }
+    };
     // SAFETY: page 40 of A stays mapped.
     assert_eq!(
         unsafe { peek(base + 40 * PAGE) },
@@ -248,14 +331,23 @@ fn miss_beside_a_range_being_unmapped(service: FaultService) {
 #[test]
 fn a_miss_beside_a_range_being_unmapped_is_served_fillers() {
     if in_child("a_miss_beside_a_range_being_unmapped_is_served_fillers") {
-        miss_beside_a_range_being_unmapped(FaultService::Fillers);
+        miss_beside_a_range_being_unmapped(FaultService::Fillers, Newcomer::Placed);
     }
 }
 
 #[test]
 fn a_miss_beside_a_range_being_unmapped_is_served_in_thread() {
     if in_child("a_miss_beside_a_range_being_unmapped_is_served_in_thread") {
-        miss_beside_a_range_being_unmapped(FaultService::InThread);
+        miss_beside_a_range_being_unmapped(FaultService::InThread, Newcomer::Placed);
+    }
+}
+
+/// The in-thread service's table holds every in-thread runtime's regions:
+/// B of another runtime in A's hole.
+#[test]
+fn a_miss_beside_a_range_being_unmapped_is_served_in_thread_other_runtime() {
+    if in_child("a_miss_beside_a_range_being_unmapped_is_served_in_thread_other_runtime") {
+        miss_beside_a_range_being_unmapped(FaultService::InThread, Newcomer::OtherRuntime);
     }
 }
 

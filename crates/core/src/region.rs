@@ -445,3 +445,48 @@ pub(crate) fn newest_covering(
     }
     best.map(|(k, _)| k)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::newest_covering;
+
+    /// Entries (start, end, id) sorted by start; the lookup as the tables
+    /// make it.
+    fn lookup(entries: &[(usize, usize, u64)], addr: usize) -> Option<u64> {
+        let reach: Vec<usize> = entries
+            .iter()
+            .scan(0, |far, e| {
+                *far = e.1.max(*far);
+                Some(*far)
+            })
+            .collect();
+        let i = entries.partition_point(|e| e.0 <= addr);
+        newest_covering(i, addr, |k| (entries[k].1, reach[k], entries[k].2)).map(|k| entries[k].2)
+    }
+
+    #[test]
+    fn disjoint_entries() {
+        let t = [(0, 10, 1), (10, 20, 2), (30, 40, 3)];
+        assert_eq!(lookup(&t, 0), Some(1));
+        assert_eq!(lookup(&t, 19), Some(2));
+        assert_eq!(lookup(&t, 25), None);
+        assert_eq!(lookup(&t, 40), None);
+    }
+
+    /// A stale entry of an older region (1) covering a newer one (2) in
+    /// its hole: past the newer one, the older is found; inside it, the
+    /// newer wins.
+    #[test]
+    fn overlapping_entries_newest_wins() {
+        let t = [(0, 64, 1), (16, 32, 2), (70, 80, 3)];
+        assert_eq!(lookup(&t, 40), Some(1));
+        assert_eq!(lookup(&t, 20), Some(2));
+        assert_eq!(lookup(&t, 8), Some(1));
+        assert_eq!(lookup(&t, 75), Some(3));
+        assert_eq!(lookup(&t, 66), None);
+        // The newer region first in the list (a lower start).
+        let t = [(10, 20, 5), (12, 40, 4)];
+        assert_eq!(lookup(&t, 15), Some(5));
+        assert_eq!(lookup(&t, 30), Some(4));
+    }
+}
