@@ -338,8 +338,11 @@ impl Shared {
         // Dirty data reaches the store before anything is replaced: a
         // failure leaves the older mappings whole.
         for (region, pages) in &victims {
-            self.writeback(region, pages.clone())
-                .map_err(ClearError::Fail)?;
+            self.writeback(region, pages.clone()).map_err(|e| match e {
+                // Its unmap began since the check above.
+                Error::NotMapped => ClearError::Retry,
+                e => ClearError::Fail(e),
+            })?;
         }
         let mut result = Ok(());
         for (region, pages) in &victims {

@@ -64,7 +64,7 @@ impl Shared {
     /// served like any other) so that the kernel may write into them.
     /// Returns an error if some page could not be read.
     pub(crate) fn populate(&self, region: &Region, pages: Range<usize>, write: bool) -> Result<()> {
-        let Some(_entered) = region.enter() else {
+        let Some(entered) = region.enter() else {
             return Err(Error::NotMapped);
         };
         if region.intersects_hole(&pages) {
@@ -89,6 +89,11 @@ impl Shared {
                 libc::EIO,
             )));
         }
+        // The writes below are the caller's own accesses, served as
+        // faults; inside the region they would keep an unmap that began
+        // meanwhile waiting for a fault that waits for the unmap (a
+        // closing region serves no fault).
+        drop(entered);
         if write && region.writable {
             for p in pages {
                 // A write that changes nothing, atomic with any other
