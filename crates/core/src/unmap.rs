@@ -136,12 +136,13 @@ impl Shared {
             region.page_addr(pages.start),
             pages.len() * region.page_size,
         );
-        // Out of the tables before the memory goes: from the `munmap` on,
-        // another mapping may be made in the range, and a fault there must
-        // not be taken for this region's (nor a fault on the rest of the
-        // region for nobody's). A fault in the range meanwhile finds no
-        // region; its thread is woken and faults again until the memory is
-        // gone.
+        // Out of the runtime's table before the memory goes: from the
+        // `munmap` on, another mapping of this runtime may be made in the
+        // range, and a fault there must not be taken for this region's
+        // (nor a fault on the rest of the region for nobody's). A fault in
+        // the range meanwhile finds no region; a filler wakes its thread,
+        // which faults again until the memory is gone. The in-thread
+        // service's table follows the `munmap` (`republish_in_thread`).
         region.add_hole(pages.clone());
         self.republish(w, region);
         let gone = if release {
@@ -182,6 +183,7 @@ impl Shared {
                 e,
             ));
         }
+        self.republish_in_thread(region);
         if release {
             // Unlike unregistering, `munmap` wakes no thread asleep on a
             // fault in the range (one that found a page busy here): woken,
