@@ -250,6 +250,9 @@ enum Newcomer {
 fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer) {
     const PAGES: usize = 64;
     let rt = runtime(service);
+    // Started before the hole is made: a runtime starting maps memory of
+    // its own, which could land in the hole.
+    let other_rt = matches!(newcomer, Newcomer::OtherRuntime).then(|| runtime(service));
     let data = a_bytes(PAGES);
     let store_a = GatedStore::new(data.clone());
     let a = Arc::new(map(&rt, store_a.clone(), MapOptions::new()).unwrap());
@@ -270,7 +273,6 @@ fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer)
     );
     // The range's memory is gone: B takes its place.
     let hole = base + 16 * PAGE..base + 32 * PAGE;
-    let other_rt;
     let (b, _probes) = match newcomer {
         Newcomer::Placed => {
             // Pages of 12 KiB are mapped with 4 KiB alignment: the kernel
@@ -295,9 +297,8 @@ fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer)
             }
         }
         Newcomer::OtherRuntime => {
-            other_rt = runtime(service);
             let b = map(
-                &other_rt,
+                other_rt.as_ref().unwrap(),
                 Arc::new(MemoryStore::new(vec![9; 16 * PAGE])),
                 MapOptions::new().fixed_address_noreplace(hole.start),
             )
@@ -547,6 +548,9 @@ fn failed_partial_unmap(service: FaultService) {
         }
         other => panic!("a munmap past vm.max_map_count: {other:?}"),
     }
+    // Some room again: a filler serving its first miss maps its staging
+    // buffer.
+    filler.release(16);
     // Served and whole: resident pages, pages read now, a new write.
     assert_eq!(a.mapped_bytes(), PAGES * PAGE);
     assert!(a.is_mapped_at(20 * PAGE));
@@ -559,7 +563,6 @@ fn failed_partial_unmap(service: FaultService) {
     // SAFETY: A is whole and writable.
     unsafe { ((base + 30 * PAGE) as *mut u8).write_volatile(0xDD) };
     // Room for the split: the same unmap now succeeds.
-    filler.release(16);
     // SAFETY: no slice of A is alive; the range is not touched after.
     unsafe { a.unmap_range_shared(16 * PAGE..32 * PAGE) }.unwrap();
     drop(filler);
