@@ -307,11 +307,8 @@ fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer)
         }
     };
     // SAFETY: page 40 of A stays mapped.
-    assert_eq!(
-        unsafe { peek(base + 40 * PAGE) },
-        data[40 * PAGE],
-        "A page 40"
-    );
+    let got = unsafe { peek(base + 40 * PAGE) };
+    assert_eq!(got, data[40 * PAGE], "A page 40");
     // SAFETY: page 8 of A stays mapped.
     assert_eq!(unsafe { peek(base + 8 * PAGE) }, data[8 * PAGE], "A page 8");
     assert!(b.as_slice().iter().all(|&x| x == 9), "B's bytes");
@@ -319,11 +316,8 @@ fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer)
     unmapper.join().unwrap().unwrap();
     for p in (0..16).chain(32..PAGES) {
         // SAFETY: the pages of A outside the hole stay mapped.
-        assert_eq!(
-            unsafe { peek(base + p * PAGE) },
-            data[p * PAGE],
-            "A page {p}"
-        );
+        let got = unsafe { peek(base + p * PAGE) };
+        assert_eq!(got, data[p * PAGE], "A page {p}");
     }
     assert!(b.as_slice().iter().all(|&x| x == 9), "B's bytes after");
     assert_eq!(a.mapped_bytes(), (PAGES - 16) * PAGE);
