@@ -383,25 +383,32 @@ impl Shared {
         // Dirty data reaches the store before anything is replaced: a
         // failure leaves the older mappings whole.
         for (region, pages) in &victims {
-            self.writeback(region, pages.clone())
-                .map_err(ClearError::Fail)?;
+            self.writeback(region, pages.clone()).map_err(|e| match e {
+                // Its unmap began since the check above.
+                Error::NotMapped => ClearError::Retry,
+                e => ClearError::Fail(e),
+            })?;
         }
         let mut result = Ok(());
         for (region, pages) in &victims {
-            match self.take_pages(region, pages.clone(), false) {
-                Err(Error::NotMapped) => {
-                    // A concurrent unmap took some of these pages first
-                    // (nothing of this part was taken): look again.
-                    result = Err(ClearError::Retry);
-                }
-                r => {
-                    released.push(region.page_addr(pages.start)..region.page_addr(pages.end));
-                    if let (Ok(()), Err(e)) = (&result, r) {
+            match self.take_pages(w, region, pages.clone(), false) {
+                // A concurrent unmap took some of these pages first
+                // (nothing of this part was taken): look again.
+                Err(Error::NotMapped) => result = Err(ClearError::Retry),
+                // Nothing of this part was taken.
+                Err(e) => {
+                    if result.is_ok() {
                         result = Err(ClearError::Fail(e));
                     }
                 }
+                Ok(lost) => {
+                    released.push(region.page_addr(pages.start)..region.page_addr(pages.end));
+                    let synced = region.store.sync();
+                    if let (Ok(()), Some(e)) = (&result, lost.or(synced.err())) {
+                        result = Err(ClearError::Fail(Error::Store(e)));
+                    }
+                }
             }
-            self.republish(w, region);
         }
         result
     }

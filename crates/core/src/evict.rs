@@ -441,29 +441,44 @@ impl Shared {
 
     /// Discards pages without writing them back (`Advice::DontNeed`),
     /// waiting for pages other threads are changing. Also clears poison.
+    /// Inside the region, so that an unmap waits for it: a late
+    /// `MADV_DONTNEED` must not discard a region mapped later at the same
+    /// address. `ENOMEM` (as `madvise` says of unmapped memory) if the
+    /// region, or a page of the range, is being unmapped.
     pub(crate) fn drop_pages(&self, region: &Region, pages: Range<usize>) -> Result<(), i32> {
+        let Some(_entered) = region.enter() else {
+            return Err(libc::ENOMEM);
+        };
         // The ranges lose pages: no longer promoted.
         self.demote_range(region, &pages);
         let mut freed = 0u64;
+        let mut locked = Vec::with_capacity(pages.len());
         for p in pages.clone() {
-            loop {
+            let s = loop {
                 match region.pages.get(p) {
-                    Observed::Stable(PageState::Empty) => {
-                        if region.pages.try_lock(p, PageState::Empty) {
-                            break;
-                        }
-                    }
-                    Observed::Stable(s) => {
-                        if region.pages.try_lock(p, s) {
-                            if s == PageState::Dirty {
-                                region.dirty.fetch_sub(1, Relaxed);
+                    Observed::Stable(s) if region.pages.try_lock(p, s) => break s,
+                    Observed::Stable(_) => {}
+                    Observed::Busy(_) if region.intersects_hole(&(p..p + 1)) => {
+                        // Taken out by a partial unmap (busy for good): the
+                        // pages locked go back as they were.
+                        for (q, &s) in (pages.start..p).zip(&locked) {
+                            if region.pages.unlock(q, s) {
+                                self.wake(region.page_addr(q), region.page_size);
                             }
-                            freed += region.page_size as u64;
-                            break;
                         }
+                        return Err(libc::ENOMEM);
                     }
                     Observed::Busy(_) => std::thread::yield_now(),
                 }
+            };
+            locked.push(s);
+        }
+        for &s in &locked {
+            if s == PageState::Dirty {
+                region.dirty.fetch_sub(1, Relaxed);
+            }
+            if s != PageState::Empty {
+                freed += region.page_size as u64;
             }
         }
         let (addr, len) = (

@@ -30,8 +30,13 @@ impl Shared {
         self.counters().faults.fetch_add(1, Relaxed);
         let table = self.regions();
         let Some(region) = table.find(addr) else {
-            // Unmapped meanwhile: unregistering woke the thread.
+            // No region here: the range was taken out of the table, maybe
+            // before its memory was unmapped (`unmap.rs`). Woken, the thread
+            // retries: it faults again until the memory is gone, then gets
+            // what an access to unmapped memory gets. Dropping the event
+            // would leave it asleep for good.
             self.counters().stale.fetch_add(1, Relaxed);
+            self.wake(addr & !(crate::MIN_PAGE_SIZE - 1), crate::MIN_PAGE_SIZE);
             return;
         };
         let Some(_guard) = region.enter() else {

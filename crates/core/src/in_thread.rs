@@ -117,6 +117,8 @@ unsafe impl Send for Slot {}
 struct Entry {
     start: usize,
     end: usize,
+    /// The largest end of this entry and those before it (see [`find`]).
+    reach: usize,
     region: Arc<Region>,
     shared: *const Shared,
 }
@@ -136,7 +138,10 @@ struct Table {
     /// userfaultfd the child must not use (its regions are not inherited,
     /// so a child's own mapping could take their addresses).
     forks: u32,
-    /// Mapped ranges, sorted by address.
+    /// Mapped ranges, sorted by start. Runtimes update their regions'
+    /// entries on their own, so an entry may be stale (its memory unmapped,
+    /// and a region of another runtime mapped there, before its runtime
+    /// took it out): see [`find`].
     by_addr: Vec<Entry>,
     /// Regions, by id (ids are unique across runtimes: see
     /// `Shared::next_region_id`).
@@ -271,6 +276,7 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
             .map(|e| Entry {
                 start: e.start,
                 end: e.end,
+                reach: 0,
                 region: e.region.clone(),
                 shared: e.shared,
             })
@@ -278,10 +284,16 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
         by_addr.extend(ranges.iter().map(|r| Entry {
             start: region.page_addr(r.start),
             end: region.page_addr(r.start) + r.len() * region.page_size,
+            reach: 0,
             region: region.clone(),
             shared: shared as *const Shared,
         }));
         by_addr.sort_unstable_by_key(|e| e.start);
+        let mut far = 0;
+        for e in &mut by_addr {
+            far = far.max(e.end);
+            e.reach = far;
+        }
         let mut by_id: Vec<Arc<Region>> = old
             .by_id
             .iter()
@@ -399,10 +411,16 @@ pub fn in_fault_handler() -> bool {
     s.slots.iter().any(|slot| slot.stack.contains(sp))
 }
 
+/// The entry for `addr`: of those that cover it, the newest region's (an
+/// older one's is stale, as the runtime's own table decides:
+/// `region::newest_covering`).
 fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
     let i = table.partition_point(|e| e.start <= addr);
-    let e = table.get(i.checked_sub(1)?)?;
-    (addr < e.end).then_some(e)
+    crate::region::newest_covering(i, addr, |k| {
+        let e = &table[k];
+        (e.end, e.reach, e.region.id)
+    })
+    .map(|k| &table[k])
 }
 
 /// Takes a free slot, waiting for one if every slot serves a fault.

@@ -1,6 +1,8 @@
 //! Pinning: pages made resident and kept from eviction
 //! ([`Mapping::pin`](crate::Mapping::pin)), bounded by half the cache.
-//! Runs on the caller's thread.
+//! Runs on the caller's thread, inside the region (`Region::enter`): an
+//! unmap waits for it, so that none of its `UFFDIO_COPY`s lands in a region
+//! mapped later at the same address.
 
 use std::ops::Range;
 
@@ -20,6 +22,9 @@ impl Shared {
     /// Pins the pages and makes them resident: eviction leaves pinned pages
     /// alone; flush and unmap write them back as any other.
     pub(crate) fn pin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        let Some(_entered) = region.enter() else {
+            return Err(Error::NotMapped);
+        };
         if region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }
@@ -59,6 +64,9 @@ impl Shared {
     /// served like any other) so that the kernel may write into them.
     /// Returns an error if some page could not be read.
     pub(crate) fn populate(&self, region: &Region, pages: Range<usize>, write: bool) -> Result<()> {
+        let Some(entered) = region.enter() else {
+            return Err(Error::NotMapped);
+        };
         if region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }
@@ -81,6 +89,11 @@ impl Shared {
                 libc::EIO,
             )));
         }
+        // The writes below are the caller's own accesses, served as
+        // faults; inside the region they would keep an unmap that began
+        // meanwhile waiting for a fault that waits for the unmap (a
+        // closing region serves no fault).
+        drop(entered);
         if write && region.writable {
             for p in pages {
                 // A write that changes nothing, atomic with any other
@@ -94,6 +107,9 @@ impl Shared {
 
     /// Unpins the pages; resident ones become eviction candidates again.
     pub(crate) fn unpin(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        let Some(_entered) = region.enter() else {
+            return Err(Error::NotMapped);
+        };
         if region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
         }

@@ -207,6 +207,15 @@ impl Region {
             .push(pages);
     }
 
+    /// Forgets the hole `pages` recorded by [`add_hole`](Region::add_hole)
+    /// (its `munmap` failed: the pages are still mapped).
+    pub fn remove_hole(&self, pages: &Range<usize>) {
+        let mut holes = self.holes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = holes.iter().rposition(|h| h == pages) {
+            holes.remove(i);
+        }
+    }
+
     /// Page ranges still mapped, in order.
     pub fn mapped_ranges(&self) -> Vec<Range<usize>> {
         let mut holes = self.holes.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -279,13 +288,21 @@ impl Region {
 /// every map, unmap and partial unmap so that the fault path reads it
 /// without a lock.
 ///
-/// By address the table holds the mapped parts of regions: disjoint
-/// address ranges, sorted. A region with holes (pages taken out by a
-/// partial unmap, or replaced by a fixed mapping) has one entry per
-/// mapped part, and a newer region may lie in an older one's hole.
+/// By address the table holds the mapped parts of regions, sorted by
+/// start. A region with holes (pages taken out by a partial unmap, or
+/// replaced by a fixed mapping) has one entry per mapped part, and a newer
+/// region may lie in an older one's hole. The parts are disjoint when the
+/// table is published, but lookups do not rely on it: an address that two
+/// entries cover belongs to the newer region (the older one's entry is
+/// stale: memory that was unmapped before the newer region could be mapped
+/// there).
 #[derive(Default)]
 pub(crate) struct RegionTable {
     by_addr: Vec<(Range<usize>, Arc<Region>)>,
+    /// `reach[i]`: the largest end of `by_addr[..=i]`, so that a lookup
+    /// knows where to stop looking back for an entry that covers an
+    /// address.
+    reach: Vec<usize>,
     /// Ids increase with every map, so insertion order is id order.
     by_id: Vec<Arc<Region>>,
 }
@@ -303,11 +320,16 @@ impl RegionLookup for RegionTable {
 }
 
 impl RegionTable {
+    /// The region mapped at `addr`: of the entries that cover it, the
+    /// newest region's (see [`RegionTable`]).
     #[inline]
     pub fn find(&self, addr: usize) -> Option<&Arc<Region>> {
         let i = self.by_addr.partition_point(|(r, _)| r.start <= addr);
-        let (range, region) = self.by_addr.get(i.checked_sub(1)?)?;
-        range.contains(&addr).then_some(region)
+        newest_covering(i, addr, |k| {
+            let (r, region) = &self.by_addr[k];
+            (r.end, self.reach[k], region.id)
+        })
+        .map(|k| &self.by_addr[k].1)
     }
 
     #[inline]
@@ -336,22 +358,33 @@ impl RegionTable {
     pub fn with(&self, region: Arc<Region>) -> RegionTable {
         let mut by_id = self.by_id.clone();
         by_id.push(region.clone());
+        RegionTable::new(Self::placed(&self.by_addr, &region), by_id)
+    }
+
+    fn new(by_addr: Vec<(Range<usize>, Arc<Region>)>, by_id: Vec<Arc<Region>>) -> RegionTable {
+        let reach = by_addr
+            .iter()
+            .scan(0, |far, (r, _)| {
+                *far = r.end.max(*far);
+                Some(*far)
+            })
+            .collect();
         RegionTable {
-            by_addr: Self::placed(&self.by_addr, &region),
+            by_addr,
+            reach,
             by_id,
         }
     }
 
     pub fn without(&self, id: u64) -> RegionTable {
-        RegionTable {
-            by_addr: self
-                .by_addr
+        RegionTable::new(
+            self.by_addr
                 .iter()
                 .filter(|(_, r)| r.id != id)
                 .cloned()
                 .collect(),
-            by_id: self.by_id.iter().filter(|r| r.id != id).cloned().collect(),
-        }
+            self.by_id.iter().filter(|r| r.id != id).cloned().collect(),
+        )
     }
 
     /// The table with `region`'s address entries made anew from its
@@ -364,14 +397,12 @@ impl RegionTable {
             .cloned()
             .collect();
         let present = self.get(region.id).is_some();
-        RegionTable {
-            by_addr: if present {
-                Self::placed(&others, region)
-            } else {
-                others
-            },
-            by_id: self.by_id.clone(),
-        }
+        let by_addr = if present {
+            Self::placed(&others, region)
+        } else {
+            others
+        };
+        RegionTable::new(by_addr, self.by_id.clone())
     }
 
     /// `entries` with the mapped ranges of `region` added, sorted.
@@ -386,5 +417,76 @@ impl RegionTable {
             by_addr.insert(i, (range, region.clone()));
         }
         by_addr
+    }
+}
+
+/// Of the entries `0..i` of an address table sorted by start whose starts
+/// are at most `addr`, the one that covers `addr` and belongs to the newest
+/// region (the highest id: ids grow with every map), if any. `entry(k)` is
+/// entry `k`'s end, its reach (the largest end of entries `0..=k`) and its
+/// region's id. Looks back only while an entry's reach passes `addr`: one
+/// step when the entries are disjoint. The in-thread service's table
+/// (`in_thread.rs`) looks up the same way.
+#[inline]
+pub(crate) fn newest_covering(
+    i: usize,
+    addr: usize,
+    entry: impl Fn(usize) -> (usize, usize, u64),
+) -> Option<usize> {
+    let mut best: Option<(usize, u64)> = None;
+    for k in (0..i).rev() {
+        let (end, reach, id) = entry(k);
+        if reach <= addr {
+            break;
+        }
+        if addr < end && best.is_none_or(|(_, b)| id > b) {
+            best = Some((k, id));
+        }
+    }
+    best.map(|(k, _)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_covering;
+
+    /// Entries (start, end, id) sorted by start; the lookup as the tables
+    /// make it.
+    fn lookup(entries: &[(usize, usize, u64)], addr: usize) -> Option<u64> {
+        let reach: Vec<usize> = entries
+            .iter()
+            .scan(0, |far, e| {
+                *far = e.1.max(*far);
+                Some(*far)
+            })
+            .collect();
+        let i = entries.partition_point(|e| e.0 <= addr);
+        newest_covering(i, addr, |k| (entries[k].1, reach[k], entries[k].2)).map(|k| entries[k].2)
+    }
+
+    #[test]
+    fn disjoint_entries() {
+        let t = [(0, 10, 1), (10, 20, 2), (30, 40, 3)];
+        assert_eq!(lookup(&t, 0), Some(1));
+        assert_eq!(lookup(&t, 19), Some(2));
+        assert_eq!(lookup(&t, 25), None);
+        assert_eq!(lookup(&t, 40), None);
+    }
+
+    /// A stale entry of an older region (1) covering a newer one (2) in
+    /// its hole: past the newer one, the older is found; inside it, the
+    /// newer wins.
+    #[test]
+    fn overlapping_entries_newest_wins() {
+        let t = [(0, 64, 1), (16, 32, 2), (70, 80, 3)];
+        assert_eq!(lookup(&t, 40), Some(1));
+        assert_eq!(lookup(&t, 20), Some(2));
+        assert_eq!(lookup(&t, 8), Some(1));
+        assert_eq!(lookup(&t, 75), Some(3));
+        assert_eq!(lookup(&t, 66), None);
+        // The newer region first in the list (a lower start).
+        let t = [(10, 20, 5), (12, 40, 4)];
+        assert_eq!(lookup(&t, 15), Some(5));
+        assert_eq!(lookup(&t, 30), Some(4));
     }
 }

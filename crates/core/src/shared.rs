@@ -250,14 +250,25 @@ impl Shared {
             .store(Arc::new(self.regions.load().without(id)));
     }
 
-    /// Publishes `region`'s mapped ranges anew in the region table (after
-    /// it gained a hole); the caller holds the writer lock.
+    /// Publishes `region`'s mapped ranges anew in the region table (it
+    /// gained a hole, or lost one again); the caller holds the writer
+    /// lock. The in-thread service's table is left as it was: see
+    /// [`republish_in_thread`](Shared::republish_in_thread).
     pub fn republish(&self, _writer: &MutexGuard<'_, ()>, region: &Arc<Region>) {
+        self.regions
+            .store(Arc::new(self.regions.load().reshaped(region)));
+    }
+
+    /// Publishes `region`'s mapped ranges anew in the in-thread service's
+    /// table, once the memory of its new hole is unmapped or unregistered.
+    /// Until then, a fault there must still find the region (its pages are
+    /// held busy: the handler lets the access retry, and the retry meets
+    /// the unmapped memory) rather than be taken for someone else's; a
+    /// region mapped in the hole meanwhile is found first, being newer.
+    pub fn republish_in_thread(&self, region: &Arc<Region>) {
         if self.in_thread {
             in_thread::set_ranges(self, region, true);
         }
-        self.regions
-            .store(Arc::new(self.regions.load().reshaped(region)));
     }
 
     /// Takes an unmapped region out of the in-thread service's table, once

@@ -4,8 +4,8 @@
 //! are retired, unregistered and their cache space released.
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, MutexGuard};
 
 use umio_backends::StoreError;
 use umio_cache::{Observed, PageState};
@@ -21,7 +21,7 @@ impl Shared {
     /// the write-back's outcome; its error is returned.
     pub(crate) fn unmap(&self, region: &Arc<Region>) -> Result<()> {
         region.close();
-        let result = self.writeback(region, 0..region.pages.len());
+        let result = self.writeback_closing(region, 0..region.pages.len());
         // Held until the memory is unmapped, so that a fixed mapping
         // replacing part of the region cannot be made in between and then
         // unmapped here.
@@ -61,28 +61,48 @@ impl Shared {
     /// region stays mapped. The pages are retired: busy and empty for good,
     /// so that nothing fills, evicts or waits on them again. The range's
     /// write-back error, if any, is returned after it is unmapped anyway,
-    /// as `unmap` does.
+    /// as `unmap` does. A failed `munmap` (`ENOMEM` when splitting the
+    /// region's memory would pass `vm.max_map_count`) is returned with the
+    /// range still mapped and served, as before the call.
     pub(crate) fn unmap_range(&self, region: &Arc<Region>, pages: Range<usize>) -> Result<()> {
-        let result = self.take_pages(region, pages, true);
-        // The table stops sending the hole's addresses to the region (a
-        // fixed mapping may be made there later).
+        // Most of the write-back before the table's writer lock, which a
+        // slow store would otherwise keep from every map of the runtime.
+        // Pages it fails to write stay dirty: `take_pages` writes them
+        // again and reports what fails then.
+        if let Err(Error::NotMapped) = self.write_dirty(region, pages.clone()) {
+            return Err(Error::NotMapped);
+        }
         let w = self.lock_regions();
-        self.republish(&w, region);
-        result
+        let taken = self.take_pages(&w, region, pages, true);
+        drop(w);
+        let lost = taken?;
+        let synced = region.store.sync();
+        match lost {
+            Some(e) => Err(Error::Store(e)),
+            None => synced.map_err(Error::Store),
+        }
     }
 
     /// The body of [`unmap_range`](Shared::unmap_range): retires `pages`
-    /// after writing them back, and unregisters them. With `release`
-    /// their memory is unmapped; without, it stays mapped (and no longer
-    /// served) for a `MAP_FIXED` mapping to replace at once, so that the
-    /// kernel never sees a gap it could fill with another mapping. Does
-    /// not update the region table.
+    /// after writing back those still dirty, with the region table updated
+    /// to match. With `release` their memory is unmapped; without, it is
+    /// unregistered and stays mapped (and no longer served) for a
+    /// `MAP_FIXED` mapping to replace at once, so that the kernel never
+    /// sees a gap it could fill with another mapping. The caller holds the
+    /// table's writer lock (`w`), so that no fixed mapping of this runtime
+    /// lands in the range before its memory is gone; it syncs the store.
+    ///
+    /// An `Err` changed nothing (the range has a hole already, the region
+    /// is being unmapped, or the `munmap` or `UFFDIO_UNREGISTER` failed).
+    /// `Ok(Some(e))`: the range is taken, and changes to it that could not
+    /// be written are lost.
     pub(crate) fn take_pages(
         &self,
-        region: &Region,
+        w: &MutexGuard<'_, ()>,
+        region: &Arc<Region>,
         pages: Range<usize>,
         release: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<StoreError>> {
         let _serial = region.serialize_unmaps();
         if pages.is_empty() || region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
@@ -93,63 +113,100 @@ impl Shared {
         // The ranges lose pages: no longer promoted (their charge, if in
         // the huge-page pool, comes back to the region's pool first).
         self.demote_range(region, &pages);
-        let mut dirty = Vec::new();
-        let mut resident = 0usize;
+        let mut states = Vec::with_capacity(pages.len());
         for p in pages.clone() {
-            let s = loop {
+            states.push(loop {
                 match region.pages.get(p) {
                     Observed::Stable(s) if region.pages.try_lock(p, s) => break s,
                     Observed::Stable(_) => {}
                     Observed::Busy(_) => std::thread::yield_now(),
                 }
-            };
-            match s {
-                PageState::Empty => {}
-                PageState::Clean => resident += 1,
-                PageState::Dirty => {
-                    resident += 1;
-                    dirty.push(p);
-                }
-            }
+            });
         }
-        let mut first: Option<StoreError> = None;
+        let dirty: Vec<usize> = pages
+            .clone()
+            .zip(&states)
+            .filter(|&(_, &s)| s == PageState::Dirty)
+            .map(|(p, _)| p)
+            .collect();
         let runs: Vec<Range<usize>> = runs(&dirty).collect();
         let mut results = Vec::new();
         self.write_runs(region, &runs, &mut results);
+        let (addr, len) = (
+            region.page_addr(pages.start),
+            pages.len() * region.page_size,
+        );
+        // Out of the runtime's table before the memory goes: from the
+        // `munmap` on, another mapping of this runtime may be made in the
+        // range, and a fault there must not be taken for this region's
+        // (nor a fault on the rest of the region for nobody's). A fault in
+        // the range meanwhile finds no region; a filler wakes its thread,
+        // which faults again until the memory is gone. The in-thread
+        // service's table follows the `munmap` (`republish_in_thread`).
+        region.add_hole(pages.clone());
+        self.republish(w, region);
+        let gone = if release {
+            mm::unmap(addr, len)
+        } else {
+            self.uffd().unregister(addr, len)
+        };
+        if let Err(e) = gone {
+            // Nothing changed in the kernel: the pages are the region's
+            // again, as they were (less the dirty ones written back).
+            region.remove_hole(&pages);
+            self.republish(w, region);
+            for (p, &s) in pages.clone().zip(&states) {
+                let to = match runs.iter().position(|run| run.contains(&p)) {
+                    Some(k) if results[k].is_ok() => PageState::Clean,
+                    _ => s,
+                };
+                if region.pages.unlock(p, to) {
+                    self.wake(region.page_addr(p), region.page_size);
+                }
+            }
+            log::warn!(
+                "umio: {} of pages {}..{} of a region failed (errno {e}); the range stays mapped",
+                if release {
+                    "munmap"
+                } else {
+                    "UFFDIO_UNREGISTER"
+                },
+                pages.start,
+                pages.end
+            );
+            return Err(Error::os(
+                if release {
+                    "munmap of part of a region"
+                } else {
+                    "UFFDIO_UNREGISTER of part of a region"
+                },
+                e,
+            ));
+        }
+        self.republish_in_thread(region);
+        if release {
+            // Unlike unregistering, `munmap` wakes no thread asleep on a
+            // fault in the range (one that found a page busy here): woken,
+            // it meets the unmapped memory.
+            self.wake(addr, len);
+        }
+        let mut lost: Option<StoreError> = None;
         for (run, r) in runs.iter().zip(results) {
             if let Err(e) = r {
                 // The pages are unmapped all the same: their changes are lost
                 // and reported.
                 region.dirty.fetch_sub(run.len(), Relaxed);
-                first.get_or_insert(e);
+                lost.get_or_insert(e);
             }
         }
+        let resident = states.iter().filter(|&&s| s != PageState::Empty).count();
         let pinned = pages.clone().filter(|&p| region.pages.is_pinned(p)).count();
-        let (addr, len) = (
-            region.page_addr(pages.start),
-            pages.len() * region.page_size,
-        );
-        let unreg = self.uffd().unregister(addr, len);
-        if release {
-            let unmapped = mm::unmap(addr, len);
-            assert!(
-                unmapped.is_ok(),
-                "munmap of part of a region failed: {unmapped:?}"
-            );
-        }
-        for p in pages.clone() {
+        for p in pages {
             region.pages.retire(p);
         }
-        region.add_hole(pages);
         self.budget_of(region)
             .release((resident * region.page_size) as u64);
         self.unpin_bytes((pinned * region.page_size) as u64);
-        if let Err(e) = region.store.sync() {
-            first.get_or_insert(e);
-        }
-        if let Some(e) = first {
-            return Err(Error::Store(e));
-        }
-        unreg.map_err(|e| Error::os("UFFDIO_UNREGISTER", e))
+        Ok(lost)
     }
 }

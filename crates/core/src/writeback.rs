@@ -92,10 +92,23 @@ impl Shared {
     /// Writes back every page of `pages` dirty when called, waiting for
     /// write-backs other threads have under way, then syncs the store.
     /// Reports the first failure, including one from background eviction
-    /// since the last flush; failed pages stay dirty.
+    /// since the last flush; failed pages stay dirty. Works inside the
+    /// region (`Region::enter`), so that an unmap waits for it: a late
+    /// `UFFDIO_WRITEPROTECT` must not land in a region mapped later at the
+    /// same address. [`Error::NotMapped`] once the region is being
+    /// unmapped.
     pub(crate) fn writeback(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        let Some(_entered) = region.enter() else {
+            return Err(Error::NotMapped);
+        };
+        self.writeback_closing(region, pages)
+    }
+
+    /// [`writeback`](Shared::writeback) of a region that is being unmapped,
+    /// by its unmap (no other thread works on it any more).
+    pub(crate) fn writeback_closing(&self, region: &Region, pages: Range<usize>) -> Result<()> {
         let mut first: Option<StoreError> = region.take_deferred_error();
-        if let Err(e) = self.write_dirty(region, pages) {
+        if let Err(e) = self.write_dirty_in(region, pages) {
             first.get_or_insert(e);
         }
         if let Err(e) = region.store.sync() {
@@ -110,8 +123,18 @@ impl Shared {
     /// Writes every page of `pages` dirty when called to the store, waiting
     /// for write-backs other threads have under way, without syncing: once
     /// it returns, the store's readers see the bytes. Returns the first
-    /// failure; failed pages stay dirty.
-    pub(crate) fn write_dirty(
+    /// failure; failed pages stay dirty. Inside the region, as
+    /// [`writeback`](Shared::writeback).
+    pub(crate) fn write_dirty(&self, region: &Region, pages: Range<usize>) -> Result<()> {
+        let Some(_entered) = region.enter() else {
+            return Err(Error::NotMapped);
+        };
+        self.write_dirty_in(region, pages).map_err(Error::Store)
+    }
+
+    /// The body of [`write_dirty`](Shared::write_dirty), for a caller
+    /// inside the region (or its unmap).
+    fn write_dirty_in(
         &self,
         region: &Region,
         pages: Range<usize>,
