@@ -167,7 +167,9 @@ fn runtime(service: FaultService) -> Runtime {
 }
 
 fn map(rt: &Runtime, store: Arc<dyn Store>, opts: MapOptions) -> umio::Result<Mapping> {
-    rt.map(opts.store(store).prefetch(PrefetchKind::None))
+    // SAFETY: nothing but the mapping itself writes its store, so no
+    // slice of it changes under its reader.
+    unsafe { rt.map(opts.store(store).prefetch(PrefetchKind::None)) }
 }
 
 /// Page `p` of region A holds byte `p + 1` (never 9, B's byte).
