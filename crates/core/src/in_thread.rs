@@ -23,7 +23,7 @@
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::rcu::{self, RcuCell};
@@ -154,10 +154,10 @@ impl RegionLookup for Table {
 /// in each child by [`after_fork`]).
 static FORKS: AtomicU32 = AtomicU32::new(0);
 
-/// In a fork child: the tables made before the fork describe the
-/// parent's regions and go unread (see [`Table::forks`]); slots that the
-/// parent's other threads held serve nothing here and are free again.
-extern "C" fn after_fork() {
+/// In a fork child (`fork.rs`): the tables made before the fork describe
+/// the parent's regions and go unread (see [`Table::forks`]); slots that
+/// the parent's other threads held serve nothing here and are free again.
+pub(crate) fn after_fork() {
     FORKS.fetch_add(1, Ordering::AcqRel);
     if let Some(s) = service() {
         for slot in s.slots.iter() {
@@ -196,8 +196,6 @@ struct Service {
     /// Every in-thread runtime's mapped ranges and regions.
     table: RcuCell<Table>,
     slots: Box<[Slot]>,
-    /// Serialises table updates with the reads they start from.
-    writer: Mutex<()>,
 }
 
 static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
@@ -222,13 +220,12 @@ pub(crate) fn ensure_installed() -> Result<()> {
         // handler reads `SERVICE`, which is set when this closure
         // returns: a SIGBUS in between finds it unset and chains to
         // `previous` through `PREVIOUS`.
-        signal::at_fork_child(after_fork)?;
+        crate::fork::install();
         let previous = signal::install_sigbus(on_sigbus)?;
         let _ = PREVIOUS.set(previous);
         Ok(Service {
             table: RcuCell::new(Table::default()),
             slots: slots.into_boxed_slice(),
-            writer: Mutex::new(()),
         })
     });
     match s {
@@ -248,14 +245,16 @@ fn service() -> Option<&'static Service> {
 /// see the entries replaced.
 pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     let Some(s) = service() else { return };
-    let _w = s.writer.lock().unwrap_or_else(|e| e.into_inner());
+    // Held from reading the region's ranges to publishing them, so that
+    // two updates of one region publish in the order they read.
+    let w = rcu::writer();
     let ranges = if mapped {
         region.mapped_ranges()
     } else {
         Vec::new()
     };
     let forks = FORKS.load(Ordering::Acquire);
-    s.table.update(|old| {
+    s.table.update_locked(&w, |old| {
         // A table from before a fork (the parent's) is dropped whole, its
         // regions leaked: their stores and page tables are the parent's
         // state, copied into this child, which never uses them.

@@ -13,6 +13,7 @@ mod error;
 mod evict;
 mod fault;
 mod fill;
+mod fork;
 pub mod histogram;
 mod huge;
 mod in_thread;

@@ -31,6 +31,10 @@ use crate::sys::signal;
 use crate::sys::uffd::Uffd;
 use crate::trace::{FaultTrace, Step, Tracer, now};
 
+/// Serialises changes of any runtime's cache bound; freed in a fork child
+/// if another thread held it (`fork.rs`).
+pub(crate) static RESIZING: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+
 /// State shared by the runtime's handles, its mappings and its threads.
 pub(crate) struct Shared {
     cfg: Config,
@@ -374,8 +378,7 @@ impl Shared {
     /// Sets the bound of the regular pool or of the huge-page pool.
     pub(crate) fn set_pool_limit(&self, huge_pool: bool, bytes: u64) -> Result<()> {
         // One change at a time: the checks below hold until it is made.
-        static RESIZING: Mutex<()> = Mutex::new(());
-        let _one = RESIZING.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = RESIZING.lock();
         let budget = if huge_pool {
             &self
                 .huge

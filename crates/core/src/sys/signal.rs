@@ -35,12 +35,12 @@ pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     Ok(Action(old))
 }
 
-/// Registers `child` to run in the child of every later `fork`
-/// (`pthread_atfork`), on the forking thread, before `fork` returns there.
-pub(crate) fn at_fork_child(child: extern "C" fn()) -> Result<(), i32> {
-    // SAFETY: registers a handler that lives as long as the process (a
-    // function, not a closure); no prepare or parent handler.
-    match unsafe { libc::pthread_atfork(None, None, Some(child)) } {
+/// Registers `prepare` to run in the forking thread before every later
+/// `fork`, and `child` in the child after it (`pthread_atfork`).
+pub(crate) fn at_fork(prepare: extern "C" fn(), child: extern "C" fn()) -> Result<(), i32> {
+    // SAFETY: registers handlers that live as long as the process
+    // (functions, not closures); no parent handler.
+    match unsafe { libc::pthread_atfork(Some(prepare), None, Some(child)) } {
         0 => Ok(()),
         e => Err(e),
     }
