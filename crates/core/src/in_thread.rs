@@ -12,25 +12,43 @@
 //!
 //! A SIGBUS that is not umio's (another address, or a poisoned page's
 //! `BUS_MCEERR_AR`, which is how a failed read reaches the thread in both
-//! modes) goes to the handler that was there before umio's, or to the
-//! default action.
+//! modes) goes to the action that was there before umio's: its handler,
+//! or the default action. An asynchronous one (`kill`, `raise`: `si_code
+//! <= 0`) is sent again under that action (so that, by default, the
+//! process ends as it would without umio), and umio's handler stays.
 //!
 //! Signal-context rules kept here: no allocation (slots and their scratch
 //! are made when the first in-thread runtime starts), no lock that code
 //! outside the handler holds while touching mapped memory, no lazily
-//! initialised thread-local, every signal blocked while a fault is served.
+//! initialised thread-local, no logging (errors go to `report.rs`'s ring),
+//! no unwinding (a panic in the handler aborts the process).
+//!
+//! Signals: the handler starts with every signal blocked; once on a
+//! slot's stack, with the thread's alternate signal stack turned off (a
+//! signal taken on the slot's stack would otherwise be put at the top of
+//! the alternate stack, over the handler's own frames), it lets in what
+//! the interrupted code let in, SIGBUS included, for the time of the
+//! service. So other signals are not held up by a slow store, and a fault
+//! taken while serving one (a store whose `read_at` reads another umio
+//! mapping) is served in turn, nested, on a slot of its own. Nesting is
+//! bounded ([`MAX_NESTING`]) and each depth has slots of its own, which
+//! cannot all wait for each other: the deepest level needs no further
+//! slot. A nested fault on a page its own thread holds busy a frame below
+//! (a signal handler that interrupted that very fill) cannot be served
+//! and fails (SIGBUS, with a message).
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::rcu::{self, RcuCell};
 use crate::region::{Region, RegionLookup};
+use crate::report::{self, Report};
 use crate::scratch::Scratch;
 use crate::shared::Shared;
-use crate::sys::signal::{self, BusFault, ServiceStack};
+use crate::sys::signal::{self, BusFault, ServiceStacks};
 
 /// How a runtime serves its faults: see [`Builder::fault_service`](crate::Builder::fault_service).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -96,6 +114,11 @@ fn slot_count() -> usize {
         .saturating_mul(8)
         .clamp(64, 1024)
 }
+/// Faults served inside the service of another on the same thread, at
+/// most (a store reading umio memory is one level).
+const MAX_NESTING: usize = 3;
+/// Slots for each level of nesting.
+const NESTED_SLOTS: usize = 8;
 /// Each slot's stack: ample for a debug build's fill path.
 const STACK_BYTES: usize = 512 << 10;
 /// Capacity reserved in each slot's scratch lists, so that they do not
@@ -104,7 +127,13 @@ const SCRATCH_CAPACITY: usize = 512;
 
 struct Slot {
     busy: AtomicBool,
-    stack: ServiceStack,
+    /// While busy: the faults under this one on its thread, and the slot
+    /// of the one right under it (`usize::MAX`: none).
+    depth: AtomicUsize,
+    under: AtomicUsize,
+    /// While busy and serving: the region and page it holds (0 for none).
+    region: AtomicU64,
+    page: AtomicUsize,
     scratch: UnsafeCell<Scratch>,
 }
 
@@ -195,7 +224,12 @@ pub(crate) fn with_regions<R>(f: impl FnOnce(&dyn RegionLookup) -> R) -> R {
 struct Service {
     /// Every in-thread runtime's mapped ranges and regions.
     table: RcuCell<Table>,
+    /// Slots for faults not nested in another (`0..top_slots`), then
+    /// [`NESTED_SLOTS`] for each level of nesting.
     slots: Box<[Slot]>,
+    top_slots: usize,
+    /// Slot `i`'s stack is stack `i`.
+    stacks: ServiceStacks,
 }
 
 static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
@@ -205,14 +239,20 @@ static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
 /// break the chain of a handler installed after it.
 pub(crate) fn ensure_installed() -> Result<()> {
     let s = SERVICE.get_or_init(|| {
+        let top_slots = slot_count();
+        let count = top_slots + MAX_NESTING * NESTED_SLOTS;
+        let stacks = ServiceStacks::new(count, STACK_BYTES)?;
         let mut slots = Vec::new();
-        for _ in 0..slot_count() {
+        for _ in 0..count {
             let mut scratch = Scratch::new();
             scratch.reserve(SCRATCH_CAPACITY);
             scratch.in_signal = true;
             slots.push(Slot {
                 busy: AtomicBool::new(false),
-                stack: ServiceStack::new(STACK_BYTES)?,
+                depth: AtomicUsize::new(0),
+                under: AtomicUsize::new(usize::MAX),
+                region: AtomicU64::new(0),
+                page: AtomicUsize::new(0),
                 scratch: UnsafeCell::new(scratch),
             });
         }
@@ -226,6 +266,8 @@ pub(crate) fn ensure_installed() -> Result<()> {
         Ok(Service {
             table: RcuCell::new(Table::default()),
             slots: slots.into_boxed_slice(),
+            top_slots,
+            stacks,
         })
     });
     match s {
@@ -299,10 +341,49 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     });
 }
 
-/// Whether the calling thread blocks SIGBUS: it would be killed on its
-/// first miss in an in-thread runtime.
-pub(crate) fn caller_blocks_sigbus() -> bool {
-    signal::sigbus_blocked()
+/// Whether the calling thread, or any other thread of the process now,
+/// blocks SIGBUS: it would be killed on its first miss in an in-thread
+/// runtime. Other threads are read from `/proc/self/task/*/status`
+/// (`SigBlk`); a thread started later is not seen. A thread being started
+/// or ending blocks every signal for a moment (the C library's
+/// `pthread_create` and thread exit): a thread counts only if it still
+/// blocks SIGBUS when looked at again, ten times over 10 ms or more.
+pub(crate) fn a_thread_blocks_sigbus() -> bool {
+    if signal::sigbus_blocked() {
+        return true;
+    }
+    let mut blocking = threads_blocking_sigbus(None);
+    for _ in 0..10 {
+        if blocking.is_empty() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        blocking = threads_blocking_sigbus(Some(&blocking));
+    }
+    !blocking.is_empty()
+}
+
+/// The threads of the process (of `among`, if given) that block SIGBUS.
+fn threads_blocking_sigbus(among: Option<&[u32]>) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let bit = 1u64 << (libc::SIGBUS - 1);
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+            if among.is_some_and(|a| !a.contains(&tid)) {
+                return None;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let mask = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())?;
+            (mask & bit != 0).then_some(tid)
+        })
+        .collect()
 }
 
 /// What the service made of a SIGBUS.
@@ -319,6 +400,9 @@ enum Verdict {
 
 struct Call {
     fault: BusFault,
+    /// The handler's context (the interrupted code's mask and alternate
+    /// stack).
+    ctx: *const libc::c_void,
     /// The faulting thread's id.
     thread: u32,
     slot: *const Slot,
@@ -333,19 +417,19 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: the handler's own arguments.
     let fault = unsafe { signal::bus_fault(info, ctx) };
     let verdict = if fault.code == libc::BUS_ADRERR {
-        serve(fault)
+        serve(fault, ctx)
     } else {
         Verdict::NotOurs
     };
     if verdict != Verdict::Retry {
         // SAFETY: the handler's own arguments.
-        unsafe { chain(sig, info, ctx) };
+        unsafe { chain(sig, info, ctx, fault.code <= 0) };
     }
     signal::set_errno(saved_errno);
 }
 
 /// Serves a fault at `fault.addr` if it is umio's, on a slot's stack.
-fn serve(fault: BusFault) -> Verdict {
+fn serve(fault: BusFault, ctx: *const libc::c_void) -> Verdict {
     let Some(s) = service() else {
         return Verdict::NotOurs;
     };
@@ -359,26 +443,46 @@ fn serve(fault: BusFault) -> Verdict {
     // The one system call of the handler's own (besides the fill's): the
     // thread id, which picks the slot and keys the fault path's per-thread
     // records.
+    // Nested in the service of another fault of this thread (whose slot's
+    // stack we run on) or not.
+    let under = s.stacks.index_of(signal::stack_pointer());
+    let depth = under.map_or(0, |u| s.slots[u].depth.load(Ordering::Relaxed) + 1);
+    if depth > MAX_NESTING {
+        return refuse(Report::NestedTooDeep { depth: depth as u64 }, b"umio: an in-thread fault nested too deep in others (a store reading umio memory that reads umio memory...); SIGBUS\n");
+    }
     let thread = signal::gettid();
-    let slot = take_slot(s, thread);
+    let (i, slot) = take_slot(s, thread, depth);
+    slot.depth.store(depth, Ordering::Relaxed);
+    slot.under
+        .store(under.unwrap_or(usize::MAX), Ordering::Relaxed);
     let mut call = Call {
         fault,
+        ctx,
         thread,
         slot,
         verdict: Verdict::NotOurs,
     };
-    // SAFETY: the slot is ours until released below, so no other thread
-    // runs on its stack; `serve_on_slot` catches panics.
+    // SAFETY: the slot is ours until released below, so no other code
+    // runs on its stack; `serve_on_slot` does not unwind (a panic aborts).
     unsafe {
         signal::call_on_stack(
-            &(*slot).stack,
+            s.stacks.top(i),
             serve_on_slot,
             &mut call as *mut Call as *mut u8,
         )
     };
-    // SAFETY: taken above.
-    unsafe { (*slot).busy.store(false, Ordering::Release) };
+    slot.region.store(0, Ordering::Relaxed);
+    slot.busy.store(false, Ordering::Release);
     call.verdict
+}
+
+/// A fault the service cannot serve: recorded, explained on standard
+/// error (the thread is about to get SIGBUS, which may end the process
+/// before the record is logged), and failed.
+fn refuse(r: Report, why: &[u8]) -> Verdict {
+    report::error(r);
+    signal::write_stderr(why);
+    Verdict::Failed
 }
 
 /// Whether the calling thread is inside umio's in-thread fault handler,
@@ -390,12 +494,7 @@ fn serve(fault: BusFault) -> Verdict {
 /// stacks of its own, and this asks whether the caller's stack is one of
 /// them. Always `false` where no runtime serves faults in-thread.
 pub fn in_fault_handler() -> bool {
-    let Some(s) = service() else {
-        return false;
-    };
-    let here = 0u8;
-    let sp = std::hint::black_box(&here) as *const u8 as usize;
-    s.slots.iter().any(|slot| slot.stack.contains(sp))
+    service().is_some_and(|s| s.stacks.index_of(signal::stack_pointer()).is_some())
 }
 
 fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
@@ -404,31 +503,68 @@ fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
     (addr < e.end).then_some(e)
 }
 
-/// Takes a free slot, waiting for one if every slot serves a fault.
-fn take_slot(s: &Service, thread: u32) -> *const Slot {
-    let n = s.slots.len();
+/// Takes a free slot for a fault nested `depth` deep, waiting for one if
+/// every slot of that level serves a fault.
+fn take_slot(s: &Service, thread: u32, depth: usize) -> (usize, &Slot) {
+    let (from, n) = match depth {
+        0 => (0, s.top_slots),
+        d => (s.top_slots + (d - 1) * NESTED_SLOTS, NESTED_SLOTS),
+    };
     let first = thread as usize % n;
     loop {
         for k in 0..n {
-            let slot = &s.slots[(first + k) % n];
+            let i = from + (first + k) % n;
+            let slot = &s.slots[i];
             if !slot.busy.load(Ordering::Relaxed)
                 && slot
                     .busy
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return slot;
+                return (i, slot);
             }
         }
         std::thread::yield_now();
     }
 }
 
-/// Runs on a slot's stack.
+/// Whether a fault of this thread under the one in `slot` holds `page` of
+/// `region` busy.
+fn held_below(s: &Service, slot: &Slot, region: u64, page: usize) -> bool {
+    let mut under = slot.under.load(Ordering::Relaxed);
+    while let Some(u) = s.slots.get(under) {
+        if u.region.load(Ordering::Relaxed) == region && u.page.load(Ordering::Relaxed) == page {
+            return true;
+        }
+        under = u.under.load(Ordering::Relaxed);
+    }
+    false
+}
+
+/// Runs on a slot's stack: lets signals in for the time of the service
+/// (see the module's docs), and serves.
 unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
     // SAFETY: `serve` passes its `Call`, alive until we return.
     let call = unsafe { &mut *(arg as *mut Call) };
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    // SAFETY: the handler's context, passed on by `serve`.
+    let alt = unsafe { signal::alt_stack_of(call.ctx) };
+    if alt.is_some() {
+        signal::set_alt_stack(&signal::no_alt_stack());
+    }
+    if !call.ctx.is_null() {
+        // SAFETY: as above.
+        signal::set_mask(&unsafe { signal::interrupted_mask(call.ctx) });
+    }
+    call.verdict = serve_here(call);
+    signal::block_all();
+    if let Some(mut st) = alt {
+        st.ss_flags = 0;
+        signal::set_alt_stack(&st);
+    }
+}
+
+fn serve_here(call: &mut Call) -> Verdict {
+    {
         let Some(s) = service() else {
             return Verdict::NotOurs;
         };
@@ -467,41 +603,82 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         // `Arc` of it; its runtime outlives it.
         drop(g);
         // SAFETY: the slot is this thread's until `serve` releases it.
-        let w = unsafe { &mut *(*call.slot).scratch.get() };
+        let slot = unsafe { &*call.slot };
+        let page = region.page_of(call.fault.addr);
+        if held_below(s, slot, region.id, page) {
+            return refuse(
+                Report::OwnPage {
+                    region: region.id,
+                    page: page as u64,
+                },
+                b"umio: a signal handler touched the page its thread was filling; SIGBUS\n",
+            );
+        }
+        slot.page.store(page, Ordering::Relaxed);
+        slot.region.store(region.id, Ordering::Relaxed);
+        // SAFETY: as above.
+        let w = unsafe { &mut *slot.scratch.get() };
         if shared.serve_in_thread(w, &region, call.fault.addr, call.fault.write, call.thread) {
             Verdict::Retry
         } else {
             Verdict::Failed
         }
-    }));
-    // A panic in the fault path (a bug) leaves the access to the previous
-    // handler or the default action rather than abort the process here.
-    call.verdict = run.unwrap_or(Verdict::NotOurs);
+    }
 }
 
-/// Passes a SIGBUS on to the handler umio's replaced, as the kernel would
-/// have: its own function, or the default action (restored, so that the
-/// retried access raises it).
+/// Whether the previous action, a one-shot handler (`SA_RESETHAND`), has
+/// been delivered once: the kernel would have restored the default action.
+static PREVIOUS_SPENT: AtomicBool = AtomicBool::new(false);
+
+/// Passes a SIGBUS on to the action umio's replaced, as the kernel would
+/// have: its handler, or the default action. A fault (`asynchronous`
+/// false) is retried when the handler returns: under the default action
+/// (restored) it raises SIGBUS again, which ends the process, as it would
+/// have without umio. An asynchronous SIGBUS is not retried: under the
+/// default action it is sent again, pending until the handler returns,
+/// and ends the process; ignored, it is dropped; umio's handler stays.
 ///
 /// # Safety
 /// `sig`, `info` and `ctx` are the arguments of the SIGBUS handler
 /// running now.
-unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+unsafe fn chain(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+    asynchronous: bool,
+) {
     let Some(prev) = PREVIOUS.get() else {
         return;
     };
-    if !prev.is_handler() {
-        // The access is retried and faults again: now the kernel's default
-        // action for SIGBUS (it cannot be ignored for a fault) ends the
-        // process, as it would have without umio.
-        prev.restore_sigbus();
+    let spent = prev.resets() && PREVIOUS_SPENT.swap(true, Ordering::AcqRel);
+    if prev.is_handler() && !spent {
+        // The application's handler runs with the mask it asked for, added
+        // to the interrupted code's.
+        // SAFETY: a function of the application's; the arguments are
+        // forwarded from the caller.
+        unsafe { prev.call(sig, info, ctx) };
+        // A handler that puts the default action back for a signal it does
+        // not own (Rust's standard library's does, expecting a fault to
+        // come again) means the default action for an asynchronous one:
+        // it is not coming again.
+        if asynchronous && signal::sigbus_is_default() {
+            // SAFETY: the handler's own `info`.
+            unsafe { signal::redeliver_sigbus(info) };
+        }
         return;
     }
-    // The application's handler runs with the mask it asked for, added to
-    // the interrupted code's.
-    // SAFETY: a function of the application's; the arguments are
-    // forwarded from the caller.
-    unsafe { prev.call(sig, info, ctx) };
+    if asynchronous {
+        if prev.is_ignore() && !spent {
+            return;
+        }
+        signal::set_sigbus_default();
+        // SAFETY: the handler's own `info`.
+        unsafe { signal::redeliver_sigbus(info) };
+        return;
+    }
+    // A fault cannot be ignored: the kernel's default action ends the
+    // process when the access is retried.
+    signal::set_sigbus_default();
 }
 
 #[cfg(test)]

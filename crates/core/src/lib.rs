@@ -29,6 +29,7 @@ mod promote;
 mod rcu;
 mod region;
 mod remove;
+mod report;
 mod runs;
 mod runtime;
 mod scratch;

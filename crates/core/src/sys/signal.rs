@@ -15,9 +15,9 @@ use super::errno;
 pub(crate) type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// Installs `handler` for SIGBUS with `SA_SIGINFO | SA_ONSTACK |
-/// SA_RESTART`, every catchable signal blocked while it runs (so that no
-/// application handler runs on top of a fill in progress), and returns the
-/// action it replaced.
+/// SA_RESTART`, every catchable signal blocked when it starts (until it
+/// has moved off the alternate signal stack: see `in_thread.rs`), and
+/// returns the action it replaced.
 pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     // SAFETY: zeroed sigaction structs are valid (no handler, empty
     // mask); every field the kernel reads is set below.
@@ -63,10 +63,15 @@ impl Action {
         !(h == libc::SIG_DFL || h == libc::SIG_IGN)
     }
 
-    /// Puts the action back as SIGBUS's action.
-    pub(crate) fn restore_sigbus(&self) {
-        // SAFETY: a valid sigaction struct, as returned by the kernel.
-        unsafe { libc::sigaction(libc::SIGBUS, &self.0, std::ptr::null_mut()) };
+    /// Whether the action is `SIG_IGN`.
+    pub(crate) fn is_ignore(&self) -> bool {
+        self.0.sa_sigaction == libc::SIG_IGN
+    }
+
+    /// Whether the action is a one-shot handler (`SA_RESETHAND`): the
+    /// kernel restores the default action as it delivers the signal.
+    pub(crate) fn resets(&self) -> bool {
+        self.0.sa_flags & libc::SA_RESETHAND != 0
     }
 
     /// Runs the action's function as the kernel would have: with the mask
@@ -88,7 +93,7 @@ impl Action {
         if !ctx.is_null() {
             // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
             let mut mask = unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask };
-            for s in 1..libc::SIGRTMAX() {
+            for s in 1..=libc::SIGRTMAX() {
                 // SAFETY: valid sigset_t values.
                 if unsafe { libc::sigismember(&prev.sa_mask, s) } == 1 {
                     // SAFETY: as above.
@@ -112,6 +117,100 @@ impl Action {
             f(sig);
         }
     }
+}
+
+/// Makes the default action SIGBUS's action.
+pub(crate) fn set_sigbus_default() {
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid sigaction struct.
+    unsafe { libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut()) };
+}
+
+/// Whether SIGBUS's action is now the default action.
+pub(crate) fn sigbus_is_default() -> bool {
+    // SAFETY: a zeroed struct, filled by the kernel.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: queries the action into `cur`.
+    let r = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) };
+    r == 0 && cur.sa_sigaction == libc::SIG_DFL
+}
+
+/// Sends SIGBUS with `info` to the calling thread again
+/// (`rt_tgsigqueueinfo`, or `tgkill` if refused): it is pending while the
+/// handler blocks it and delivered, under the action then installed, when
+/// the handler returns.
+///
+/// # Safety
+/// `info` is the `siginfo_t` of a SIGBUS handler running now.
+pub(crate) unsafe fn redeliver_sigbus(info: *const libc::siginfo_t) {
+    // SAFETY: plain system calls on this process and thread; `info` is
+    // valid (the caller's contract) and only read by the kernel.
+    unsafe {
+        let pid = libc::getpid();
+        let tid = gettid() as libc::pid_t;
+        if libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, libc::SIGBUS, info) != 0 {
+            libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGBUS);
+        }
+    }
+}
+
+/// Writes `msg` to standard error with one `write(2)`: what a signal
+/// handler may do to explain a death it cannot prevent.
+pub(crate) fn write_stderr(msg: &[u8]) {
+    // SAFETY: writes bytes we own to descriptor 2; a failure is ignored.
+    unsafe { libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len()) };
+}
+
+/// The thread's alternate signal stack as the kernel saved it in a
+/// handler's context, if one is set up and in use (`SS_AUTODISARM` off).
+///
+/// # Safety
+/// `ctx` is null or the context of a `SA_SIGINFO` handler running now.
+pub(crate) unsafe fn alt_stack_of(ctx: *const libc::c_void) -> Option<libc::stack_t> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+    let st = unsafe { (*(ctx as *const libc::ucontext_t)).uc_stack };
+    (st.ss_flags & (libc::SS_DISABLE | SS_AUTODISARM) == 0 && st.ss_size > 0).then_some(st)
+}
+
+/// `SS_AUTODISARM` (Linux 4.7), which `libc` does not define.
+const SS_AUTODISARM: i32 = 1 << 31;
+
+/// Sets the thread's alternate signal stack (`SS_DISABLE` in `st` turns
+/// it off). Refused (and ignored) while the thread runs on it.
+pub(crate) fn set_alt_stack(st: &libc::stack_t) {
+    // SAFETY: a valid stack_t; the kernel checks it.
+    unsafe { libc::sigaltstack(st, std::ptr::null_mut()) };
+}
+
+/// A `stack_t` that turns the alternate signal stack off.
+pub(crate) fn no_alt_stack() -> libc::stack_t {
+    libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: libc::SS_DISABLE,
+        ss_size: 0,
+    }
+}
+
+/// The signal mask of the code a handler interrupted.
+///
+/// # Safety
+/// `ctx` is the (non-null) context of a `SA_SIGINFO` handler running now.
+pub(crate) unsafe fn interrupted_mask(ctx: *const libc::c_void) -> libc::sigset_t {
+    // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+    unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask }
+}
+
+/// Blocks every signal in the calling thread.
+pub(crate) fn block_all() {
+    // SAFETY: an empty set, filled below.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a valid sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    set_mask(&all);
 }
 
 /// The calling thread's `errno`, which a signal handler saves on entry.
@@ -228,17 +327,25 @@ pub(crate) fn futex_wake_all(word: &AtomicU32) {
     };
 }
 
-/// A stack for the service to run on: anonymous memory with a guard page
-/// below it, committed by the kernel as it is touched.
-pub(crate) struct ServiceStack {
+/// Stacks for the service to run on: one anonymous mapping holding
+/// `count` stacks, each above a guard page, committed by the kernel as
+/// they are touched. One mapping, so that the stack an address lies in is
+/// a subtraction and a division away (a handler's first question: is it
+/// nested in another's service?).
+pub(crate) struct ServiceStacks {
     base: usize,
-    len: usize,
+    /// Bytes per stack, with its guard page.
+    stride: usize,
+    count: usize,
 }
 
-impl ServiceStack {
-    /// A stack of `len` bytes (a multiple of 4 KiB) above a guard page.
-    pub(crate) fn new(len: usize) -> Result<ServiceStack, i32> {
-        let total = len + 4096;
+const GUARD: usize = 4096;
+
+impl ServiceStacks {
+    /// `count` stacks of `len` bytes (a multiple of 4 KiB) each.
+    pub(crate) fn new(count: usize, len: usize) -> Result<ServiceStacks, i32> {
+        let stride = len + GUARD;
+        let total = stride * count;
         // SAFETY: a fresh private anonymous mapping; no existing memory is
         // affected.
         let p = unsafe {
@@ -254,48 +361,61 @@ impl ServiceStack {
         if p == libc::MAP_FAILED {
             return Err(errno());
         }
-        // SAFETY: the lowest page of the mapping just made.
-        if unsafe { libc::mprotect(p, 4096, libc::PROT_NONE) } != 0 {
-            let e = errno();
-            // SAFETY: the mapping just made.
-            unsafe { libc::munmap(p, total) };
-            return Err(e);
-        }
-        Ok(ServiceStack {
+        let stacks = ServiceStacks {
             base: p as usize,
-            len: total,
-        })
+            stride,
+            count,
+        };
+        for i in 0..count {
+            // SAFETY: the lowest page of stack `i`, in the mapping just made.
+            if unsafe {
+                libc::mprotect(
+                    (p as usize + i * stride) as *mut libc::c_void,
+                    GUARD,
+                    libc::PROT_NONE,
+                )
+            } != 0
+            {
+                return Err(errno());
+            }
+        }
+        Ok(stacks)
     }
 
-    /// Whether `addr` lies in the stack (or its guard page).
-    pub(crate) fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base) < self.len
+    /// The stack `addr` lies in (or in whose guard page), if any.
+    pub(crate) fn index_of(&self, addr: usize) -> Option<usize> {
+        let off = addr.wrapping_sub(self.base);
+        (off < self.stride * self.count).then_some(off / self.stride)
     }
 
-    /// The stack's top, 16-byte aligned.
-    fn top(&self) -> usize {
-        (self.base + self.len) & !15
+    /// Stack `i`'s top, 16-byte aligned.
+    pub(crate) fn top(&self, i: usize) -> usize {
+        (self.base + (i + 1) * self.stride) & !15
     }
 }
 
-impl Drop for ServiceStack {
+impl Drop for ServiceStacks {
     fn drop(&mut self) {
-        // SAFETY: the mapping this stack made; nothing runs on it now.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // SAFETY: the mapping these stacks made; nothing runs on it now.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.stride * self.count) };
     }
 }
 
-/// Calls `f(arg)` on `stack`, then switches back.
+/// The caller's stack pointer, near enough: the address of a local.
+#[inline(always)]
+pub(crate) fn stack_pointer() -> usize {
+    let here = 0u8;
+    std::hint::black_box(&here) as *const u8 as usize
+}
+
+/// Calls `f(arg)` on the stack whose top is `top` (see
+/// [`ServiceStacks::top`]), then switches back.
 ///
 /// # Safety
-/// No other thread runs on `stack` meanwhile; `f` must not unwind (it is
-/// `extern "C"`: a panic aborts) and must not longjmp out.
-pub(crate) unsafe fn call_on_stack(
-    stack: &ServiceStack,
-    f: unsafe extern "C" fn(*mut u8),
-    arg: *mut u8,
-) {
-    let top = stack.top();
+/// `top` is the top of a stack no other code runs on meanwhile; `f` must
+/// not unwind (it is `extern "C"`: a panic aborts) and must not longjmp
+/// out.
+pub(crate) unsafe fn call_on_stack(top: usize, f: unsafe extern "C" fn(*mut u8), arg: *mut u8) {
     // SAFETY: the new stack pointer is the 16-byte aligned top of a
     // mapping of our own that no one else uses; `call` pushes the return
     // address, giving `f` the alignment the ABI expects. The old stack
@@ -333,7 +453,7 @@ pub(crate) unsafe fn call_on_stack(
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     // SAFETY: forwarded from the caller; runs on the current stack.
     unsafe {
-        let _ = stack;
+        let _ = top;
         f(arg)
     }
 }
