@@ -93,12 +93,16 @@ fn child_maps_and_reads(service: FaultService, data: &[u8]) -> i32 {
     else {
         return 10;
     };
-    let Ok(m) = rt.map(
+    let m = match rt.map(
         MapOptions::new()
             .store(Arc::new(MemoryStore::new(data.to_vec())))
             .prefetch(PrefetchKind::None),
-    ) else {
-        return 11;
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("fork child: map: {e}");
+            return 11;
+        }
     };
     if m.advise(0..m.len(), Advice::Sequential).is_err() {
         return 12;

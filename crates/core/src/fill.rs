@@ -200,10 +200,13 @@ impl Shared {
             }
         };
         self.counters().store_reads.fetch_add(1, Relaxed);
-        match region
-            .store
-            .read_at(region.store_offset(page), &mut buf[..valid])
-        {
+        // In the in-thread handler, other signals (and faults of a store
+        // that reads umio memory) come in meanwhile.
+        match crate::in_thread::let_signals_in(|| {
+            region
+                .store
+                .read_at(region.store_offset(page), &mut buf[..valid])
+        }) {
             Ok(n) => {
                 self.counters().bytes_read.fetch_add(n as u64, Relaxed);
                 region.stats.bytes_read.fetch_add(n as u64, Relaxed);
@@ -449,7 +452,7 @@ impl Shared {
                 if Instant::now() > d {
                     return false;
                 }
-                std::thread::sleep(Duration::from_micros(50));
+                crate::in_thread::let_signals_in(|| std::thread::sleep(Duration::from_micros(50)));
             }
         }
     }

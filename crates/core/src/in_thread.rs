@@ -23,14 +23,17 @@
 //! initialised thread-local, no logging (errors go to `report.rs`'s ring),
 //! no unwinding (a panic in the handler aborts the process).
 //!
-//! Signals: the handler starts with every signal blocked; once on a
-//! slot's stack, with the thread's alternate signal stack turned off (a
-//! signal taken on the slot's stack would otherwise be put at the top of
-//! the alternate stack, over the handler's own frames), it lets in what
-//! the interrupted code let in, SIGBUS included, for the time of the
-//! service. So other signals are not held up by a slow store, and a fault
-//! taken while serving one (a store whose `read_at` reads another umio
-//! mapping) is served in turn, nested, on a slot of its own. Nesting is
+//! Signals: the handler runs with every signal blocked, except while it
+//! waits ([`let_signals_in`]: the store's read, a wait for cache space or
+//! for a page another thread fills): then it lets in what the interrupted
+//! code let in, SIGBUS included. So other signals are not held up by a
+//! slow store, and a fault taken while serving one (a store whose
+//! `read_at` reads another umio mapping) is served in turn, nested, on a
+//! slot of its own; yet no application handler runs while the service
+//! holds a lock it could need again (a policy's, say). On a slot's stack
+//! the thread's alternate signal stack is turned off: a signal taken there
+//! would otherwise be put at the top of the alternate stack, over the
+//! handler's own frames. Nesting is
 //! bounded ([`MAX_NESTING`]) and each depth has slots of its own, which
 //! cannot all wait for each other: the deepest level needs no further
 //! slot. A nested fault on a page its own thread holds busy a frame below
@@ -134,6 +137,9 @@ struct Slot {
     /// While busy and serving: the region and page it holds (0 for none).
     region: AtomicU64,
     page: AtomicUsize,
+    /// While busy: the signal mask of the code the handler interrupted,
+    /// which [`let_signals_in`] puts back while the service waits.
+    mask: UnsafeCell<libc::sigset_t>,
     scratch: UnsafeCell<Scratch>,
 }
 
@@ -253,6 +259,8 @@ pub(crate) fn ensure_installed() -> Result<()> {
                 under: AtomicUsize::new(usize::MAX),
                 region: AtomicU64::new(0),
                 page: AtomicUsize::new(0),
+                // SAFETY: an all-zero sigset_t is a valid (empty) set.
+                mask: UnsafeCell::new(unsafe { std::mem::zeroed() }),
                 scratch: UnsafeCell::new(scratch),
             });
         }
@@ -344,46 +352,35 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
 /// Whether the calling thread, or any other thread of the process now,
 /// blocks SIGBUS: it would be killed on its first miss in an in-thread
 /// runtime. Other threads are read from `/proc/self/task/*/status`
-/// (`SigBlk`); a thread started later is not seen. A thread being started
-/// or ending blocks every signal for a moment (the C library's
-/// `pthread_create` and thread exit): a thread counts only if it still
-/// blocks SIGBUS when looked at again, ten times over 10 ms or more.
+/// (`SigBlk`); a thread started later is not seen.
+///
+/// A thread being started or ending blocks every signal for a moment (the
+/// C library's `pthread_create` and thread exit), a moment that lasts
+/// while it waits for a CPU; so does one running a signal handler whose
+/// mask is full (umio's own). Those masks block signal 32 too, one of the
+/// C library's own signals, which its `pthread_sigmask` and `sigprocmask`
+/// never block (glibc's `SIGCANCEL`): a thread whose mask blocks it is
+/// passing, and not counted.
 pub(crate) fn a_thread_blocks_sigbus() -> bool {
-    if signal::sigbus_blocked() {
-        return true;
-    }
-    let mut blocking = threads_blocking_sigbus(None);
-    for _ in 0..10 {
-        if blocking.is_empty() {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        blocking = threads_blocking_sigbus(Some(&blocking));
-    }
-    !blocking.is_empty()
+    signal::sigbus_blocked() || other_thread_blocks_sigbus()
 }
 
-/// The threads of the process (of `among`, if given) that block SIGBUS.
-fn threads_blocking_sigbus(among: Option<&[u32]>) -> Vec<u32> {
+fn other_thread_blocks_sigbus() -> bool {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
+        return false;
     };
-    let bit = 1u64 << (libc::SIGBUS - 1);
-    tasks
-        .flatten()
-        .filter_map(|t| {
-            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
-            if among.is_some_and(|a| !a.contains(&tid)) {
-                return None;
-            }
-            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
-            let mask = status
-                .lines()
-                .find_map(|l| l.strip_prefix("SigBlk:"))
-                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())?;
-            (mask & bit != 0).then_some(tid)
-        })
-        .collect()
+    let bus = 1u64 << (libc::SIGBUS - 1);
+    let internal = 1u64 << (32 - 1);
+    tasks.flatten().any(|t| {
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & bus != 0 && m & internal == 0)
+    })
 }
 
 /// What the service made of a SIGBUS.
@@ -541,7 +538,7 @@ fn held_below(s: &Service, slot: &Slot, region: u64, page: usize) -> bool {
     false
 }
 
-/// Runs on a slot's stack: lets signals in for the time of the service
+/// Runs on a slot's stack, with the thread's alternate signal stack off
 /// (see the module's docs), and serves.
 unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
     // SAFETY: `serve` passes its `Call`, alive until we return.
@@ -551,16 +548,36 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
     if alt.is_some() {
         signal::set_alt_stack(&signal::no_alt_stack());
     }
-    if !call.ctx.is_null() {
-        // SAFETY: as above.
-        signal::set_mask(&unsafe { signal::interrupted_mask(call.ctx) });
+    // SAFETY: the slot is this thread's until `serve` releases it; the
+    // context, as above.
+    unsafe {
+        *(*call.slot).mask.get() = if call.ctx.is_null() {
+            signal::full_set()
+        } else {
+            signal::interrupted_mask(call.ctx)
+        };
     }
     call.verdict = serve_here(call);
-    signal::block_all();
     if let Some(mut st) = alt {
         st.ss_flags = 0;
         signal::set_alt_stack(&st);
     }
+}
+
+/// Runs `f` (a wait: a store read, a sleep) with the signals that the code
+/// the in-thread handler interrupted let in, if called from the handler;
+/// as is otherwise. See the module's docs.
+pub(crate) fn let_signals_in<R>(f: impl FnOnce() -> R) -> R {
+    let Some(s) = service() else { return f() };
+    let Some(i) = s.stacks.index_of(signal::stack_pointer()) else {
+        return f();
+    };
+    // SAFETY: we run on slot `i`'s stack, so the slot is this thread's;
+    // its mask was set when the service began.
+    signal::set_mask(unsafe { &*s.slots[i].mask.get() });
+    let r = f();
+    signal::block_all();
+    r
 }
 
 fn serve_here(call: &mut Call) -> Verdict {

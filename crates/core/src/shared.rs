@@ -199,7 +199,9 @@ impl Shared {
         w.sleepers.fetch_add(1, Ordering::SeqCst);
         let seq = w.seq.load(Ordering::SeqCst);
         if busy() {
-            signal::futex_wait(&w.seq, seq, timeout.as_nanos() as u64);
+            in_thread::let_signals_in(|| {
+                signal::futex_wait(&w.seq, seq, timeout.as_nanos() as u64)
+            });
         }
         w.sleepers.fetch_sub(1, Ordering::SeqCst);
     }

@@ -204,13 +204,18 @@ pub(crate) unsafe fn interrupted_mask(ctx: *const libc::c_void) -> libc::sigset_
     unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask }
 }
 
-/// Blocks every signal in the calling thread.
-pub(crate) fn block_all() {
+/// The set of every signal.
+pub(crate) fn full_set() -> libc::sigset_t {
     // SAFETY: an empty set, filled below.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `all` is a valid sigset_t.
     unsafe { libc::sigfillset(&mut all) };
-    set_mask(&all);
+    all
+}
+
+/// Blocks every signal in the calling thread.
+pub(crate) fn block_all() {
+    set_mask(&full_set());
 }
 
 /// The calling thread's `errno`, which a signal handler saves on entry.
