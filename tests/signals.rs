@@ -26,9 +26,15 @@ fn is_child() -> bool {
 /// Runs test `name` of this binary in a child process, killed after
 /// 300 s; returns its status.
 fn run_child(name: &str) -> ExitStatus {
+    run_child_with(name, std::process::Stdio::inherit())
+}
+
+/// [`run_child`], the child's standard error going to `stderr`.
+fn run_child_with(name: &str, stderr: std::process::Stdio) -> ExitStatus {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("UMIO_SIGNALS_CHILD", "1")
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -321,6 +327,34 @@ fn faults_inside_the_service_of_a_fault_are_served() {
         }
         assert_same(&two, &data, service.name());
     }
+}
+
+/// Row 7: a fault nested deeper than the service serves (a chain of five
+/// mappings, each one's store reading the next) fails with SIGBUS and says
+/// why on standard error, rather than dying unexplained.
+#[test]
+fn a_fault_nested_too_deep_fails_with_a_message() {
+    use std::os::unix::process::ExitStatusExt;
+    if !is_child() {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let st = run_child_with(
+            "a_fault_nested_too_deep_fails_with_a_message",
+            log.reopen().unwrap().into(),
+        );
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        assert_eq!(st.signal(), Some(libc::SIGBUS), "child: {st:?}; stderr: {text}");
+        assert!(text.contains("nested too deep"), "stderr: {text}");
+        return;
+    }
+    let rt = runtime(FaultService::InThread);
+    let data = random_bytes(1 << 16, 8);
+    let mut m = map_bytes(&rt, &data);
+    for _ in 0..5 {
+        m = over(&rt, m);
+    }
+    let v = m[100];
+    eprintln!("read {v} through six mappings: no SIGBUS");
+    std::process::exit(1);
 }
 
 static USR1_HANDLED: AtomicBool = AtomicBool::new(false);
