@@ -342,7 +342,11 @@ fn a_fault_nested_too_deep_fails_with_a_message() {
             log.reopen().unwrap().into(),
         );
         let text = std::fs::read_to_string(log.path()).unwrap();
-        assert_eq!(st.signal(), Some(libc::SIGBUS), "child: {st:?}; stderr: {text}");
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGBUS),
+            "child: {st:?}; stderr: {text}"
+        );
         assert!(text.contains("nested too deep"), "stderr: {text}");
         return;
     }

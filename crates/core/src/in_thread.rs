@@ -31,9 +31,11 @@
 //! `read_at` reads another umio mapping) is served in turn, nested, on a
 //! slot of its own; yet no application handler runs while the service
 //! holds a lock it could need again (a policy's, say). On a slot's stack
-//! the thread's alternate signal stack is turned off: a signal taken there
-//! would otherwise be put at the top of the alternate stack, over the
-//! handler's own frames. Nesting is
+//! the thread's alternate signal stack is off: a signal taken there would
+//! otherwise be put at the top of the alternate stack, over the handler's
+//! own frames (on a thread's first fault the handler turns it off, then
+//! puts it back with `SS_AUTODISARM`, so that the kernel turns it off
+//! itself from then on, while a handler runs on it). Nesting is
 //! bounded ([`MAX_NESTING`]) and each depth has slots of its own, which
 //! cannot all wait for each other: the deepest level needs no further
 //! slot. A nested fault on a page its own thread holds busy a frame below
@@ -539,7 +541,8 @@ fn held_below(s: &Service, slot: &Slot, region: u64, page: usize) -> bool {
 }
 
 /// Runs on a slot's stack, with the thread's alternate signal stack off
-/// (see the module's docs), and serves.
+/// (see the module's docs), and serves. The stack is turned off here for
+/// a thread's first fault only: it is put back with `SS_AUTODISARM`.
 unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
     // SAFETY: `serve` passes its `Call`, alive until we return.
     let call = unsafe { &mut *(arg as *mut Call) };
@@ -558,9 +561,11 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         };
     }
     call.verdict = serve_here(call);
-    if let Some(mut st) = alt {
-        st.ss_flags = 0;
-        signal::set_alt_stack(&st);
+    if let Some(st) = alt {
+        // Back, with `SS_AUTODISARM`: from now on the kernel turns the
+        // stack off itself while a handler runs on it (and back on at its
+        // return), and this thread's faults need neither call.
+        signal::rearm_alt_stack(st);
     }
 }
 

@@ -186,6 +186,18 @@ pub(crate) fn set_alt_stack(st: &libc::stack_t) {
     unsafe { libc::sigaltstack(st, std::ptr::null_mut()) };
 }
 
+/// Puts the alternate signal stack `st` back, with `SS_AUTODISARM` (the
+/// kernel turns it off while a handler runs on it, Linux 4.7), or as it
+/// was where that is refused.
+pub(crate) fn rearm_alt_stack(mut st: libc::stack_t) {
+    st.ss_flags = SS_AUTODISARM;
+    // SAFETY: a valid stack_t; the kernel checks it.
+    if unsafe { libc::sigaltstack(&st, std::ptr::null_mut()) } != 0 {
+        st.ss_flags = 0;
+        set_alt_stack(&st);
+    }
+}
+
 /// A `stack_t` that turns the alternate signal stack off.
 pub(crate) fn no_alt_stack() -> libc::stack_t {
     libc::stack_t {
