@@ -401,7 +401,7 @@ struct Call {
     fault: BusFault,
     /// The handler's context (the interrupted code's mask and alternate
     /// stack).
-    ctx: *const libc::c_void,
+    ctx: *mut libc::c_void,
     /// The faulting thread's id.
     thread: u32,
     slot: *const Slot,
@@ -428,7 +428,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 }
 
 /// Serves a fault at `fault.addr` if it is umio's, on a slot's stack.
-fn serve(fault: BusFault, ctx: *const libc::c_void) -> Verdict {
+fn serve(fault: BusFault, ctx: *mut libc::c_void) -> Verdict {
     let Some(s) = service() else {
         return Verdict::NotOurs;
     };
@@ -439,9 +439,6 @@ fn serve(fault: BusFault, ctx: *const libc::c_void) -> Verdict {
             return Verdict::NotOurs;
         }
     }
-    // The one system call of the handler's own (besides the fill's): the
-    // thread id, which picks the slot and keys the fault path's per-thread
-    // records.
     // Nested in the service of another fault of this thread (whose slot's
     // stack we run on) or not.
     let under = s.stacks.index_of(signal::stack_pointer());
@@ -449,6 +446,9 @@ fn serve(fault: BusFault, ctx: *const libc::c_void) -> Verdict {
     if depth > MAX_NESTING {
         return refuse(Report::NestedTooDeep { depth: depth as u64 }, b"umio: an in-thread fault nested too deep in others (a store reading umio memory that reads umio memory...); SIGBUS\n");
     }
+    // The one system call of the handler's own (besides the fill's): the
+    // thread id, which picks the slot and keys the fault path's per-thread
+    // records.
     let thread = signal::gettid();
     let (i, slot) = take_slot(s, thread, depth);
     slot.depth.store(depth, Ordering::Relaxed);
@@ -565,7 +565,8 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         // Back, with `SS_AUTODISARM`: from now on the kernel turns the
         // stack off itself while a handler runs on it (and back on at its
         // return), and this thread's faults need neither call.
-        signal::rearm_alt_stack(st);
+        // SAFETY: the handler's context and the stack saved there.
+        unsafe { signal::rearm_alt_stack(call.ctx, st) };
     }
 }
 

@@ -24,8 +24,7 @@ pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as usize;
     new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-    // SAFETY: sa_mask is a valid sigset_t owned by `new`.
-    unsafe { libc::sigfillset(&mut new.sa_mask) };
+    new.sa_mask = full_set();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are to valid sigaction structs.
@@ -188,13 +187,25 @@ pub(crate) fn set_alt_stack(st: &libc::stack_t) {
 
 /// Puts the alternate signal stack `st` back, with `SS_AUTODISARM` (the
 /// kernel turns it off while a handler runs on it, Linux 4.7), or as it
-/// was where that is refused.
-pub(crate) fn rearm_alt_stack(mut st: libc::stack_t) {
+/// was where that is refused. With it, the handler's context is changed
+/// too, since the kernel puts the stack back from there when the handler
+/// returns.
+///
+/// # Safety
+/// `ctx` is null or the context of a `SA_SIGINFO` handler running now,
+/// and `st` the alternate stack saved there.
+pub(crate) unsafe fn rearm_alt_stack(ctx: *mut libc::c_void, mut st: libc::stack_t) {
     st.ss_flags = SS_AUTODISARM;
     // SAFETY: a valid stack_t; the kernel checks it.
     if unsafe { libc::sigaltstack(&st, std::ptr::null_mut()) } != 0 {
         st.ss_flags = 0;
         set_alt_stack(&st);
+        return;
+    }
+    if !ctx.is_null() {
+        // SAFETY: the caller's contract; the kernel accepts the flag (it
+        // just did), so `rt_sigreturn` takes it.
+        unsafe { (*(ctx as *mut libc::ucontext_t)).uc_stack.ss_flags = SS_AUTODISARM };
     }
 }
 
@@ -216,12 +227,16 @@ pub(crate) unsafe fn interrupted_mask(ctx: *const libc::c_void) -> libc::sigset_
     unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask }
 }
 
-/// The set of every signal.
+/// The set of every signal, the C library's own (32 and 33) included,
+/// which its `sigfillset` leaves out: so that a thread in umio's handler
+/// has the mask of a thread the C library is starting or ending, which
+/// the map-time check of other threads' masks passes over (`in_thread.rs`).
 pub(crate) fn full_set() -> libc::sigset_t {
-    // SAFETY: an empty set, filled below.
+    // SAFETY: an empty set, its first 64 bits (the kernel's whole
+    // `sigset_t`) set below.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `all` is a valid sigset_t.
-    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: `sigset_t` is at least 8 bytes, and any bits are valid.
+    unsafe { (&mut all as *mut libc::sigset_t as *mut u64).write_unaligned(!0) };
     all
 }
 
@@ -253,10 +268,23 @@ pub(crate) fn sigbus_blocked() -> bool {
     r == 0 && unsafe { libc::sigismember(&set, libc::SIGBUS) } == 1
 }
 
-/// Sets the calling thread's signal mask to `set`.
+/// Sets the calling thread's signal mask to `set`, exactly: with the
+/// system call, not the C library's `pthread_sigmask`, which leaves its
+/// own signals (32 and 33) out. The handler's mask then stays what the
+/// kernel made it (every signal), which the map-time check of other
+/// threads' masks tells from an application's (`in_thread.rs`).
 pub(crate) fn set_mask(set: &libc::sigset_t) {
-    // SAFETY: `set` is a valid sigset_t.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, set, std::ptr::null_mut()) };
+    // SAFETY: `set` is a valid sigset_t, of which the kernel reads its
+    // 8-byte `sigset_t`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            set as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        )
+    };
 }
 
 /// What the kernel says of a SIGBUS.
