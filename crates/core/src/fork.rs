@@ -29,6 +29,7 @@
 //! would no longer protect.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -153,7 +154,10 @@ impl<T> ForkMutex<T> {
 
     pub(crate) fn lock(&self) -> ForkGuard<'_, T> {
         self.raw.lock();
-        ForkGuard { mutex: self }
+        ForkGuard {
+            mutex: self,
+            _thread: PhantomData,
+        }
     }
 
     fn raw(&self) -> &RawForkLock {
@@ -164,6 +168,9 @@ impl<T> ForkMutex<T> {
 /// A held [`ForkMutex`].
 pub(crate) struct ForkGuard<'a, T> {
     mutex: &'a ForkMutex<T>,
+    /// Not `Send`: a fork child keeps a lock held by the thread that
+    /// forked, found by the id of the thread that took it.
+    _thread: PhantomData<*const ()>,
 }
 
 impl<T> Deref for ForkGuard<'_, T> {

@@ -421,8 +421,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         Verdict::NotOurs
     };
     if verdict != Verdict::Retry {
+        // Sent (`kill`, `raise`, `sigqueue`: `si_code <= 0`), or an
+        // action-optional memory error: no access is retried.
+        let asynchronous = fault.code <= 0 || fault.code == libc::BUS_MCEERR_AO;
         // SAFETY: the handler's own arguments.
-        unsafe { chain(sig, info, ctx, fault.code <= 0) };
+        unsafe { chain(sig, info, ctx, asynchronous) };
     }
     signal::set_errno(saved_errno);
 }

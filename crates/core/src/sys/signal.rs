@@ -15,9 +15,9 @@ use super::errno;
 pub(crate) type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// Installs `handler` for SIGBUS with `SA_SIGINFO | SA_ONSTACK |
-/// SA_RESTART`, every catchable signal blocked when it starts (until it
-/// has moved off the alternate signal stack: see `in_thread.rs`), and
-/// returns the action it replaced.
+/// SA_RESTART`, every signal blocked while it runs (the C library's own
+/// included: see [`full_set`]) but where it lets some in itself (while it
+/// waits: see `in_thread.rs`), and returns the action it replaced.
 pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     // SAFETY: zeroed sigaction structs are valid (no handler, empty
     // mask); every field the kernel reads is set below.
