@@ -70,8 +70,9 @@ pub enum FaultService {
     /// has its own miss in flight. Its one rule: a non-resident mapped
     /// buffer passed to a system call fails it with `EFAULT` (the kernel
     /// raises no signal for its own accesses); fault the buffer in first
-    /// ([`Mapping::populate`](crate::Mapping::populate)). A thread that blocks
-    /// SIGBUS is killed by the kernel on its first miss.
+    /// ([`Mapping::populate`](crate::Mapping::populate)). A map is refused
+    /// while a thread of the process blocks SIGBUS; a thread that blocks it
+    /// later is killed by the kernel on its first miss.
     InThread,
     /// [`InThread`](FaultService::InThread) where nothing is lost by it
     /// (the runtime's userfaultfd is user-mode-only, so system calls on
