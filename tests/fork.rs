@@ -1,10 +1,153 @@
 //! A forked child does not inherit a region: in the child the range is not
 //! mapped at all (so no access can hang on a fault nobody serves), and the
-//! parent's mapping keeps working after the fork.
+//! parent's mapping keeps working after the fork. A child starts umio of
+//! its own whatever its parent's threads were doing as it forked.
+//!
+//! Scenarios that fork while other threads run umio run in a child
+//! process (this binary, re-run on one test with `UMIO_FORK_CHILD` set),
+//! with a deadline; each fork child has its own (`alarm`).
 
 mod common;
 
-use umio::{MapOptions, Mapping, Runtime};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use umio::backends::MemoryStore;
+use umio::cache::{EvictionPolicy, PageKey, PageOracle, PolicyKind, Touch};
+use umio::{Advice, FaultService, MapOptions, Mapping, PrefetchKind, Runtime};
+
+/// Whether test `name` runs here: in its child process, yes; in the
+/// parent, it runs this binary on the one test with `UMIO_FORK_CHILD` set,
+/// kills it after `deadline`, asserts that it succeeded, and no.
+fn in_child(name: &str, deadline: Duration) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os("UMIO_FORK_CHILD").is_some() {
+        return true;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("UMIO_FORK_CHILD", "1")
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + deadline;
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("child {name} still running after {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
+    false
+}
+
+/// Forks; the child runs `body` under `alarm(deadline_s)` and exits with
+/// its code (0: success). Returns the child's wait status.
+fn fork_and_run(deadline_s: u32, body: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child runs `body` (umio on a fresh runtime: what is
+    // tested) and ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: a deadline for the child: a hang becomes SIGALRM.
+        unsafe { libc::alarm(deadline_s) };
+        let code = body();
+        // SAFETY: ends the child at once, running no exit handler.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+    status
+}
+
+fn describe(status: i32) -> String {
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        let what = if sig == libc::SIGALRM {
+            " (SIGALRM: the child hung)"
+        } else {
+            ""
+        };
+        format!("killed by signal {sig}{what}")
+    } else {
+        format!("exit code {}", libc::WEXITSTATUS(status))
+    }
+}
+
+/// In a fork child: starts a runtime serving faults with `service`, maps
+/// `data` (advising sequential access) and reads it back. 0 if every byte
+/// matched; the step that failed otherwise.
+fn child_maps_and_reads(service: FaultService, data: &[u8]) -> i32 {
+    let Ok(rt) = Runtime::builder()
+        .cache_bytes(256 << 10)
+        .page_size(4096)
+        .fault_service(service)
+        .build()
+    else {
+        return 10;
+    };
+    let m = match rt.map(
+        MapOptions::new()
+            .store(Arc::new(MemoryStore::new(data.to_vec())))
+            .prefetch(PrefetchKind::None),
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("fork child: map: {e}");
+            return 11;
+        }
+    };
+    if m.advise(0..m.len(), Advice::Sequential).is_err() {
+        return 12;
+    }
+    if m[..] != data[..] {
+        return 13;
+    }
+    0
+}
+
+/// A runtime of `service` with a 16-page cache over 256 pages, and a thread
+/// that reads random pages of it until `stop`: every read a miss, every
+/// miss an eviction.
+fn busy_runtime(
+    service: FaultService,
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let rt = Runtime::builder()
+        .cache_bytes(64 << 10)
+        .page_size(4096)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    let data = common::random_bytes(1 << 20, seed);
+    let m = rt
+        .map(
+            MapOptions::new()
+                .store(Arc::new(MemoryStore::new(data.clone())))
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap();
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        let _rt = rt;
+        let mut rng = common::Rng::new(seed);
+        let mut reads = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let at = rng.below(data.len());
+            assert_eq!(m[at], data[at], "byte {at}");
+            reads += 1;
+        }
+        reads
+    })
+}
 
 /// Forks; the child checks with `madvise(MADV_NORMAL)` (which fails with
 /// ENOMEM on unmapped memory) that each range is unmapped and exits 0 if
@@ -119,5 +262,166 @@ fn a_madvise_probe_detects_mapped_memory() {
         libc::WEXITSTATUS(status),
         1,
         "a heap page must look mapped in the child"
+    );
+}
+
+/// The parent forks a thousand times while a thread of an in-thread
+/// runtime and one of a filler runtime fault and evict without a pause
+/// (in-thread, each of those faults holds RCU read sections: the table
+/// lookup, the direct reclaim). Every child starts a runtime of its own
+/// (both services in turn), maps, advises and reads; none may hang.
+#[test]
+fn a_thousand_fork_children_start_umio_while_the_parent_faults_and_evicts() {
+    if !in_child(
+        "a_thousand_fork_children_start_umio_while_the_parent_faults_and_evicts",
+        Duration::from_secs(900),
+    ) {
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = [
+        busy_runtime(FaultService::InThread, 1, &stop),
+        busy_runtime(FaultService::Fillers, 2, &stop),
+    ];
+    let data = common::random_bytes(64 << 10, 3);
+    let mut failed = Vec::new();
+    for i in 0..1000 {
+        let service = if i % 2 == 0 {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        };
+        let status = fork_and_run(120, || child_maps_and_reads(service, &data));
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            failed.push(format!(
+                "fork {i} ({}): {}",
+                service.name(),
+                describe(status)
+            ));
+            if failed.len() >= 3 {
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads: u64 = busy.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(failed.is_empty(), "children failed: {failed:?}");
+    assert!(reads > 0, "the parent's threads faulted meanwhile");
+}
+
+/// A policy that, once armed, pauses its next `select_victims` (called
+/// in-thread from the SIGBUS handler, inside an RCU read section) until
+/// released.
+struct PausingPolicy {
+    inner: Box<dyn EvictionPolicy>,
+    gate: Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: AtomicBool,
+    /// 1 once a `select_victims` waits at the gate.
+    entered: AtomicUsize,
+    released: AtomicBool,
+}
+
+impl EvictionPolicy for PausingPolicy {
+    fn name(&self) -> &'static str {
+        "pausing"
+    }
+    fn inserted(&self, key: PageKey) {
+        self.inner.inserted(key)
+    }
+    fn prefetched(&self, key: PageKey) {
+        self.inner.prefetched(key)
+    }
+    fn touched(&self, key: PageKey, touch: Touch) {
+        self.inner.touched(key, touch)
+    }
+    fn restore(&self, key: PageKey) {
+        self.inner.restore(key)
+    }
+    fn forget_region(&self, region: u64) {
+        self.inner.forget_region(region)
+    }
+    fn select_victims(&self, oracle: &dyn PageOracle, max: usize, out: &mut Vec<PageKey>) {
+        if self.gate.armed.swap(false, Ordering::SeqCst) {
+            self.gate.entered.store(1, Ordering::SeqCst);
+            // In a signal handler: atomics and nanosleep only.
+            while !self.gate.released.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.inner.select_victims(oracle, max, out)
+    }
+    fn reserve(&self, pages: usize) {
+        self.inner.reserve(pages)
+    }
+    fn tracked(&self) -> usize {
+        self.inner.tracked()
+    }
+    fn purge(&self, oracle: &dyn PageOracle) {
+        self.inner.purge(oracle)
+    }
+}
+
+/// The reproducer: a thread's in-thread fault pauses in the
+/// policy's `select_victims` (its direct reclaim holds an RCU read section
+/// there) while the process forks. The child maps in-thread (which
+/// publishes the in-thread table: an RCU writer), and maps with fillers
+/// and advises (new advice: an RCU writer); neither may wait for the
+/// parent's paused thread, which the child does not have.
+#[test]
+fn a_fork_child_maps_while_a_parent_thread_pauses_in_a_policy_in_its_fault_handler() {
+    if !in_child(
+        "a_fork_child_maps_while_a_parent_thread_pauses_in_a_policy_in_its_fault_handler",
+        Duration::from_secs(300),
+    ) {
+        return;
+    }
+    let gate = Arc::new(Gate::default());
+    let rt = Runtime::builder()
+        .cache_bytes(64 << 10)
+        .page_size(4096)
+        .fault_service(FaultService::InThread)
+        .evictors(1)
+        .eviction_policy(Box::new(PausingPolicy {
+            inner: PolicyKind::Clock.build(),
+            gate: gate.clone(),
+        }))
+        .build()
+        .unwrap();
+    let data = common::random_bytes(1 << 20, 4);
+    let m = Arc::new(
+        rt.map(
+            MapOptions::new()
+                .store(Arc::new(MemoryStore::new(data.clone())))
+                .prefetch(PrefetchKind::None),
+        )
+        .unwrap(),
+    );
+    // Fill the cache, then arm the gate: the next miss reclaims.
+    common::assert_same(&m[..64 << 10], &data[..64 << 10], "first 16 pages");
+    gate.armed.store(true, Ordering::SeqCst);
+    let (m2, want) = (m.clone(), data.clone());
+    let t = std::thread::spawn(move || {
+        for at in (64 << 10..1 << 20).step_by(4096) {
+            assert_eq!(m2[at], want[at], "byte {at}");
+        }
+    });
+    while gate.entered.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let small = common::random_bytes(64 << 10, 5);
+    let in_thread = fork_and_run(60, || child_maps_and_reads(FaultService::InThread, &small));
+    let fillers = fork_and_run(60, || child_maps_and_reads(FaultService::Fillers, &small));
+    gate.released.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+    let ok = |s: i32| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0;
+    assert!(
+        ok(in_thread) && ok(fillers),
+        "in-thread child: {}; fillers child: {}",
+        describe(in_thread),
+        describe(fillers)
     );
 }

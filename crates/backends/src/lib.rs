@@ -88,6 +88,19 @@ pub use uring::{UringOptions, UringStats, UringStore, WRITE_SIZE_BUCKETS};
 ///
 /// Errors are small `Copy` values ([`StoreError`]) because they travel on
 /// the fault path.
+///
+/// **[`read_at`](Store::read_at) and [`len`](Store::len) may run in a
+/// signal handler**: under umio-core's in-thread fault service
+/// (`FaultService::InThread`) a miss is served by the faulting thread in
+/// its SIGBUS handler, which reads one page with `read_at`, interrupting
+/// whatever that thread was doing. There, take no lock that the
+/// application may hold while it touches mapped memory, do not allocate
+/// (the interrupted code may hold the allocator's lock), do not log, and
+/// do not panic (a panic in the handler aborts the process). System calls
+/// (`pread`, say) are fine, and so is reading another umio mapping (that
+/// fault is served in turn, nested). The batch path
+/// ([`submit`](Store::submit)), writes and `sync` run on umio's threads
+/// only.
 pub trait Store: Send + Sync + 'static {
     /// The store's length in bytes.
     fn len(&self) -> Result<u64, StoreError>;

@@ -65,6 +65,19 @@ pub enum Touch {
 /// [`restore`](EvictionPolicy::restore)) only once it is resident and no
 /// longer busy, so a policy may drop, as stale, an entry whose page it
 /// finds empty, busy or not.
+///
+/// **[`inserted`](EvictionPolicy::inserted),
+/// [`touched`](EvictionPolicy::touched),
+/// [`restore`](EvictionPolicy::restore) and
+/// [`select_victims`](EvictionPolicy::select_victims) may run in a signal
+/// handler**: under umio-core's in-thread fault service
+/// (`FaultService::InThread`) the faulting thread serves its own miss in
+/// its SIGBUS handler, reclaiming space itself when the cache is full.
+/// There a policy must not allocate beyond what
+/// [`reserve`](EvictionPolicy::reserve) made room for, log, panic (a panic
+/// in the handler aborts the process), or take a lock that the
+/// application may hold while it touches mapped memory; its own short
+/// locks are fine (no code holds them while touching mapped memory).
 pub trait EvictionPolicy: Send + Sync + 'static {
     /// A short name for logs and stats.
     fn name(&self) -> &'static str;

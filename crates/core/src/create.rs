@@ -124,13 +124,16 @@ impl Region {
                  (evictors(0) leaves dirty pages nobody can write back)",
             ));
         }
-        if shared.in_thread() && crate::in_thread::caller_blocks_sigbus() {
+        if shared.in_thread() && crate::in_thread::a_thread_blocks_sigbus() {
             // The kernel would kill the thread on its first miss rather
             // than deliver a blocked SIGBUS.
             return Err(Error::InvalidArgument(
-                "the calling thread blocks SIGBUS, which the in-thread fault service needs                  (unblock it, or use FaultService::Fillers)",
+                "a thread of the process blocks SIGBUS, which the in-thread fault service needs \
+                 (unblock it in every thread that may touch the mapping, or use \
+                 FaultService::Fillers)",
             ));
         }
+        crate::report::drain();
         let mut page_size = opts.page_size.unwrap_or(shared.cfg().default_page_size);
         let mut hugetlb = false;
         if let Some(fallback) = opts.hugetlb {

@@ -382,7 +382,7 @@ impl Shared {
                 mm::advise(addr, len, libc::MADV_DONTNEED)
             };
             if let Err(e) = result {
-                log::error!("umio: MADV_DONTNEED failed: errno {e}");
+                crate::report::error(crate::report::Report::Madvise { errno: e });
                 // Still resident: give the pages back as they were.
                 for p in run {
                     let was = w

@@ -14,6 +14,7 @@ use umio_cache::{Observed, PageState, Touch};
 
 use crate::prefetch::FaultKind;
 use crate::region::Region;
+use crate::report::{self, Report};
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
 use crate::shared::Shared;
@@ -260,27 +261,18 @@ impl Shared {
         // umio pages behind umio's back (a page it freed with `MADV_FREE`,
         // taken by the kernel later): its changes were given up, not lost.
         let dirty = was == PageState::Dirty && !self.cfg().remove_events;
-        log::error!(
-            "umio: a thread faulted {} times in a row on page {page} of region {} \
-             ({ps} bytes at {addr:#x}), which umio holds resident ({}): its mapping \
-             was dropped behind umio's back (madvise MADV_DONTNEED or MADV_FREE on \
-             umio memory?); {}",
-            crate::progress::STUCK_AFTER,
-            region.id,
-            if dirty { "dirty" } else { "clean" },
-            if dirty {
-                "its unwritten changes are lost: the page is poisoned and the thread gets SIGBUS"
-            } else {
-                "the page is dropped and filled again"
-            }
-        );
+        report::error(Report::Stuck {
+            region: region.id,
+            page: page as u64,
+            dirty,
+        });
         // A reader may not drop pages itself while remove events are on
         // (its `madvise` would wait for a reader: `remove.rs`); the page's
         // mapping is gone anyway, which is why the thread is stuck.
         if !self.reader_must_not_drop()
             && let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED)
         {
-            log::error!("umio: MADV_DONTNEED failed: errno {e}");
+            report::error(Report::Madvise { errno: e });
             let _ = region.pages.unlock(page, was);
             self.wake(addr, ps);
             return true;
@@ -324,7 +316,7 @@ impl Shared {
         }) {
             Ok(()) => PageState::Dirty,
             Err(e) => {
-                log::error!("umio: UFFDIO_WRITEPROTECT (clear) failed: errno {e}");
+                report::error(Report::WriteProtect { errno: e });
                 was
             }
         };

@@ -19,6 +19,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
+use crate::report::{self, Report};
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
 use crate::shared::{PrefetchJob, Shared};
@@ -88,10 +89,17 @@ impl Shared {
                 self.wake(addr, ps);
                 return true;
             }
-            log::error!(
-                "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
-                self.describe_cache()
-            );
+            if crate::in_thread::in_fault_handler() {
+                report::error(Report::NoCacheSpace {
+                    region: region.id,
+                    page: page as u64,
+                });
+            } else {
+                log::error!(
+                    "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
+                    self.describe_cache()
+                );
+            }
             self.fail_fill(region, page..page + 1);
             return false;
         }
@@ -139,11 +147,11 @@ impl Shared {
             }
             // Woken with the page still missing, the thread would fault
             // again, and again: fail it loudly instead.
-            log::error!(
-                "umio: UFFDIO_COPY of page {page} of region {} ({ps} bytes at {addr:#x}) \
-                 failed: errno {e}; the faulting thread gets SIGBUS",
-                region.id
-            );
+            report::error(Report::CopyFailed {
+                region: region.id,
+                page: page as u64,
+                errno: e,
+            });
             self.counters().no_progress_faults.fetch_add(1, Relaxed);
             region.stats.no_progress_faults.fetch_add(1, Relaxed);
             self.fail_fill(region, page..page + 1);
@@ -187,15 +195,18 @@ impl Shared {
         let buf = match w.buf.get(ps) {
             Ok(b) => b,
             Err(e) => {
-                log::error!("umio: staging buffer allocation failed: errno {e}");
+                report::error(Report::StagingBuffer { errno: e });
                 return None;
             }
         };
         self.counters().store_reads.fetch_add(1, Relaxed);
-        match region
-            .store
-            .read_at(region.store_offset(page), &mut buf[..valid])
-        {
+        // In the in-thread handler, other signals (and faults of a store
+        // that reads umio memory) come in meanwhile.
+        match crate::in_thread::let_signals_in(|| {
+            region
+                .store
+                .read_at(region.store_offset(page), &mut buf[..valid])
+        }) {
             Ok(n) => {
                 self.counters().bytes_read.fetch_add(n as u64, Relaxed);
                 region.stats.bytes_read.fetch_add(n as u64, Relaxed);
@@ -204,7 +215,10 @@ impl Shared {
                 Some(&buf[..ps])
             }
             Err(e) => {
-                log::warn!("umio: {} store: {e}", region.store.name());
+                report::warn(Report::StoreRead {
+                    region: region.id,
+                    err: e,
+                });
                 None
             }
         }
@@ -242,12 +256,17 @@ impl Shared {
         fetch.clear();
         // A policy that panics (the application's own) loses its advice,
         // not the filler: the fault is already resolved.
-        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // In a signal handler nothing unwinds: a panic there aborts.
+        if w.in_signal {
             region.prefetcher.on_fault(&fault, &mut fetch);
-        }));
-        if asked.is_err() {
-            log::error!("umio: the prefetch policy panicked; nothing prefetched");
-            fetch.clear();
+        } else {
+            let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                region.prefetcher.on_fault(&fault, &mut fetch);
+            }));
+            if asked.is_err() {
+                report::error(Report::PrefetchPanicked);
+                fetch.clear();
+            }
         }
         if w.in_signal {
             // A signal handler hands read-ahead to the prefetch thread: a
@@ -359,12 +378,10 @@ impl Shared {
         let len = pages.len() * region.page_size;
         if self.features().poison() {
             if let Err(e) = per_vma(addr, len, |at, n| self.uffd().poison(at, n)) {
-                log::error!("umio: UFFDIO_POISON failed: errno {e}");
+                report::error(Report::Poison { errno: e });
             }
         } else {
-            log::error!(
-                "umio: this kernel has no UFFDIO_POISON; a failed read is retried on the next fault"
-            );
+            report::error(Report::NoPoison);
         }
         for p in pages {
             let _ = region.pages.unlock(p, PageState::Empty);
@@ -435,7 +452,7 @@ impl Shared {
                 if Instant::now() > d {
                     return false;
                 }
-                std::thread::sleep(Duration::from_micros(50));
+                crate::in_thread::let_signals_in(|| std::thread::sleep(Duration::from_micros(50)));
             }
         }
     }

@@ -31,6 +31,13 @@ pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 /// promotion of the aligned 2 MiB range holding `fault.page`. Promotions of
 /// one range are coalesced, and a range already promoted is not offered
 /// again until it is evicted. Runs on umio's threads: keep it quick.
+///
+/// **May run in a signal handler**: under
+/// [`FaultService::InThread`](crate::FaultService::InThread),
+/// `should_promote` is called by the faulting thread inside its SIGBUS
+/// handler: no allocation, no logging, no panic (it aborts the process
+/// there), no lock the application may hold while it touches mapped
+/// memory.
 pub trait Promoter: Send + Sync + 'static {
     /// Whether to promote the 2 MiB range around this fault.
     fn should_promote(&self, fault: &Fault) -> bool;

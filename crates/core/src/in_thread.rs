@@ -12,25 +12,48 @@
 //!
 //! A SIGBUS that is not umio's (another address, or a poisoned page's
 //! `BUS_MCEERR_AR`, which is how a failed read reaches the thread in both
-//! modes) goes to the handler that was there before umio's, or to the
-//! default action.
+//! modes) goes to the action that was there before umio's: its handler,
+//! or the default action. An asynchronous one (`kill`, `raise`: `si_code
+//! <= 0`) is sent again under that action (so that, by default, the
+//! process ends as it would without umio), and umio's handler stays.
 //!
 //! Signal-context rules kept here: no allocation (slots and their scratch
 //! are made when the first in-thread runtime starts), no lock that code
 //! outside the handler holds while touching mapped memory, no lazily
-//! initialised thread-local, every signal blocked while a fault is served.
+//! initialised thread-local, no logging (errors go to `report.rs`'s ring),
+//! no unwinding (a panic in the handler aborts the process).
+//!
+//! Signals: the handler runs with every signal blocked, except while it
+//! waits ([`let_signals_in`]: the store's read, a wait for cache space or
+//! for a page another thread fills): then it lets in what the interrupted
+//! code let in, SIGBUS included. So other signals are not held up by a
+//! slow store, and a fault taken while serving one (a store whose
+//! `read_at` reads another umio mapping) is served in turn, nested, on a
+//! slot of its own; yet no application handler runs while the service
+//! holds a lock it could need again (a policy's, say). On a slot's stack
+//! the thread's alternate signal stack is off: a signal taken there would
+//! otherwise be put at the top of the alternate stack, over the handler's
+//! own frames (on a thread's first fault the handler turns it off, then
+//! puts it back with `SS_AUTODISARM`, so that the kernel turns it off
+//! itself from then on, while a handler runs on it). Nesting is
+//! bounded ([`MAX_NESTING`]) and each depth has slots of its own, which
+//! cannot all wait for each other: the deepest level needs no further
+//! slot. A nested fault on a page its own thread holds busy a frame below
+//! (a signal handler that interrupted that very fill) cannot be served
+//! and fails (SIGBUS, with a message).
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::rcu::{self, RcuCell};
 use crate::region::{Region, RegionLookup};
+use crate::report::{self, Report};
 use crate::scratch::Scratch;
 use crate::shared::Shared;
-use crate::sys::signal::{self, BusFault, ServiceStack};
+use crate::sys::signal::{self, BusFault, ServiceStacks};
 
 /// How a runtime serves its faults: see [`Builder::fault_service`](crate::Builder::fault_service).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -47,8 +70,9 @@ pub enum FaultService {
     /// has its own miss in flight. Its one rule: a non-resident mapped
     /// buffer passed to a system call fails it with `EFAULT` (the kernel
     /// raises no signal for its own accesses); fault the buffer in first
-    /// ([`Mapping::populate`](crate::Mapping::populate)). A thread that blocks
-    /// SIGBUS is killed by the kernel on its first miss.
+    /// ([`Mapping::populate`](crate::Mapping::populate)). A map is refused
+    /// while a thread of the process blocks SIGBUS; a thread that blocks it
+    /// later is killed by the kernel on its first miss.
     InThread,
     /// [`InThread`](FaultService::InThread) where nothing is lost by it
     /// (the runtime's userfaultfd is user-mode-only, so system calls on
@@ -96,6 +120,11 @@ fn slot_count() -> usize {
         .saturating_mul(8)
         .clamp(64, 1024)
 }
+/// Faults served inside the service of another on the same thread, at
+/// most (a store reading umio memory is one level).
+const MAX_NESTING: usize = 3;
+/// Slots for each level of nesting.
+const NESTED_SLOTS: usize = 8;
 /// Each slot's stack: ample for a debug build's fill path.
 const STACK_BYTES: usize = 512 << 10;
 /// Capacity reserved in each slot's scratch lists, so that they do not
@@ -104,7 +133,16 @@ const SCRATCH_CAPACITY: usize = 512;
 
 struct Slot {
     busy: AtomicBool,
-    stack: ServiceStack,
+    /// While busy: the faults under this one on its thread, and the slot
+    /// of the one right under it (`usize::MAX`: none).
+    depth: AtomicUsize,
+    under: AtomicUsize,
+    /// While busy and serving: the region and page it holds (0 for none).
+    region: AtomicU64,
+    page: AtomicUsize,
+    /// While busy: the signal mask of the code the handler interrupted,
+    /// which [`let_signals_in`] puts back while the service waits.
+    mask: UnsafeCell<libc::sigset_t>,
     scratch: UnsafeCell<Scratch>,
 }
 
@@ -159,10 +197,10 @@ impl RegionLookup for Table {
 /// in each child by [`after_fork`]).
 static FORKS: AtomicU32 = AtomicU32::new(0);
 
-/// In a fork child: the tables made before the fork describe the
-/// parent's regions and go unread (see [`Table::forks`]); slots that the
-/// parent's other threads held serve nothing here and are free again.
-extern "C" fn after_fork() {
+/// In a fork child (`fork.rs`): the tables made before the fork describe
+/// the parent's regions and go unread (see [`Table::forks`]); slots that
+/// the parent's other threads held serve nothing here and are free again.
+pub(crate) fn after_fork() {
     FORKS.fetch_add(1, Ordering::AcqRel);
     if let Some(s) = service() {
         for slot in s.slots.iter() {
@@ -200,9 +238,12 @@ pub(crate) fn with_regions<R>(f: impl FnOnce(&dyn RegionLookup) -> R) -> R {
 struct Service {
     /// Every in-thread runtime's mapped ranges and regions.
     table: RcuCell<Table>,
+    /// Slots for faults not nested in another (`0..top_slots`), then
+    /// [`NESTED_SLOTS`] for each level of nesting.
     slots: Box<[Slot]>,
-    /// Serialises table updates with the reads they start from.
-    writer: Mutex<()>,
+    top_slots: usize,
+    /// Slot `i`'s stack is stack `i`.
+    stacks: ServiceStacks,
 }
 
 static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
@@ -212,14 +253,22 @@ static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
 /// break the chain of a handler installed after it.
 pub(crate) fn ensure_installed() -> Result<()> {
     let s = SERVICE.get_or_init(|| {
+        let top_slots = slot_count();
+        let count = top_slots + MAX_NESTING * NESTED_SLOTS;
+        let stacks = ServiceStacks::new(count, STACK_BYTES)?;
         let mut slots = Vec::new();
-        for _ in 0..slot_count() {
+        for _ in 0..count {
             let mut scratch = Scratch::new();
             scratch.reserve(SCRATCH_CAPACITY);
             scratch.in_signal = true;
             slots.push(Slot {
                 busy: AtomicBool::new(false),
-                stack: ServiceStack::new(STACK_BYTES)?,
+                depth: AtomicUsize::new(0),
+                under: AtomicUsize::new(usize::MAX),
+                region: AtomicU64::new(0),
+                page: AtomicUsize::new(0),
+                // SAFETY: an all-zero sigset_t is a valid (empty) set.
+                mask: UnsafeCell::new(unsafe { std::mem::zeroed() }),
                 scratch: UnsafeCell::new(scratch),
             });
         }
@@ -227,13 +276,14 @@ pub(crate) fn ensure_installed() -> Result<()> {
         // handler reads `SERVICE`, which is set when this closure
         // returns: a SIGBUS in between finds it unset and chains to
         // `previous` through `PREVIOUS`.
-        signal::at_fork_child(after_fork)?;
+        crate::fork::install();
         let previous = signal::install_sigbus(on_sigbus)?;
         let _ = PREVIOUS.set(previous);
         Ok(Service {
             table: RcuCell::new(Table::default()),
             slots: slots.into_boxed_slice(),
-            writer: Mutex::new(()),
+            top_slots,
+            stacks,
         })
     });
     match s {
@@ -253,14 +303,16 @@ fn service() -> Option<&'static Service> {
 /// see the entries replaced.
 pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     let Some(s) = service() else { return };
-    let _w = s.writer.lock().unwrap_or_else(|e| e.into_inner());
+    // Held from reading the region's ranges to publishing them, so that
+    // two updates of one region publish in the order they read.
+    let w = rcu::writer();
     let ranges = if mapped {
         region.mapped_ranges()
     } else {
         Vec::new()
     };
     let forks = FORKS.load(Ordering::Acquire);
-    s.table.update(|old| {
+    s.table.update_locked(&w, |old| {
         // A table from before a fork (the parent's) is dropped whole, its
         // regions leaked: their stores and page tables are the parent's
         // state, copied into this child, which never uses them.
@@ -312,10 +364,38 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     });
 }
 
-/// Whether the calling thread blocks SIGBUS: it would be killed on its
-/// first miss in an in-thread runtime.
-pub(crate) fn caller_blocks_sigbus() -> bool {
-    signal::sigbus_blocked()
+/// Whether the calling thread, or any other thread of the process now,
+/// blocks SIGBUS: it would be killed on its first miss in an in-thread
+/// runtime. Other threads are read from `/proc/self/task/*/status`
+/// (`SigBlk`); a thread started later is not seen.
+///
+/// A thread being started or ending blocks every signal for a moment (the
+/// C library's `pthread_create` and thread exit), a moment that lasts
+/// while it waits for a CPU; so does one running a signal handler whose
+/// mask is full (umio's own). Those masks block signal 32 too, one of the
+/// C library's own signals, which its `pthread_sigmask` and `sigprocmask`
+/// never block (glibc's `SIGCANCEL`): a thread whose mask blocks it is
+/// passing, and not counted.
+pub(crate) fn a_thread_blocks_sigbus() -> bool {
+    signal::sigbus_blocked() || other_thread_blocks_sigbus()
+}
+
+fn other_thread_blocks_sigbus() -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    let bus = 1u64 << (libc::SIGBUS - 1);
+    let internal = 1u64 << (32 - 1);
+    tasks.flatten().any(|t| {
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & bus != 0 && m & internal == 0)
+    })
 }
 
 /// What the service made of a SIGBUS.
@@ -332,6 +412,9 @@ enum Verdict {
 
 struct Call {
     fault: BusFault,
+    /// The handler's context (the interrupted code's mask and alternate
+    /// stack).
+    ctx: *mut libc::c_void,
     /// The faulting thread's id.
     thread: u32,
     slot: *const Slot,
@@ -346,19 +429,22 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: the handler's own arguments.
     let fault = unsafe { signal::bus_fault(info, ctx) };
     let verdict = if fault.code == libc::BUS_ADRERR {
-        serve(fault)
+        serve(fault, ctx)
     } else {
         Verdict::NotOurs
     };
     if verdict != Verdict::Retry {
+        // Sent (`kill`, `raise`, `sigqueue`: `si_code <= 0`), or an
+        // action-optional memory error: no access is retried.
+        let asynchronous = fault.code <= 0 || fault.code == libc::BUS_MCEERR_AO;
         // SAFETY: the handler's own arguments.
-        unsafe { chain(sig, info, ctx) };
+        unsafe { chain(sig, info, ctx, asynchronous) };
     }
     signal::set_errno(saved_errno);
 }
 
 /// Serves a fault at `fault.addr` if it is umio's, on a slot's stack.
-fn serve(fault: BusFault) -> Verdict {
+fn serve(fault: BusFault, ctx: *mut libc::c_void) -> Verdict {
     let Some(s) = service() else {
         return Verdict::NotOurs;
     };
@@ -369,29 +455,49 @@ fn serve(fault: BusFault) -> Verdict {
             return Verdict::NotOurs;
         }
     }
+    // Nested in the service of another fault of this thread (whose slot's
+    // stack we run on) or not.
+    let under = s.stacks.index_of(signal::stack_pointer());
+    let depth = under.map_or(0, |u| s.slots[u].depth.load(Ordering::Relaxed) + 1);
+    if depth > MAX_NESTING {
+        return refuse(Report::NestedTooDeep { depth: depth as u64 }, b"umio: an in-thread fault nested too deep in others (a store reading umio memory that reads umio memory...); SIGBUS\n");
+    }
     // The one system call of the handler's own (besides the fill's): the
     // thread id, which picks the slot and keys the fault path's per-thread
     // records.
     let thread = signal::gettid();
-    let slot = take_slot(s, thread);
+    let (i, slot) = take_slot(s, thread, depth);
+    slot.depth.store(depth, Ordering::Relaxed);
+    slot.under
+        .store(under.unwrap_or(usize::MAX), Ordering::Relaxed);
     let mut call = Call {
         fault,
+        ctx,
         thread,
         slot,
         verdict: Verdict::NotOurs,
     };
-    // SAFETY: the slot is ours until released below, so no other thread
-    // runs on its stack; `serve_on_slot` catches panics.
+    // SAFETY: the slot is ours until released below, so no other code
+    // runs on its stack; `serve_on_slot` does not unwind (a panic aborts).
     unsafe {
         signal::call_on_stack(
-            &(*slot).stack,
+            s.stacks.top(i),
             serve_on_slot,
             &mut call as *mut Call as *mut u8,
         )
     };
-    // SAFETY: taken above.
-    unsafe { (*slot).busy.store(false, Ordering::Release) };
+    slot.region.store(0, Ordering::Relaxed);
+    slot.busy.store(false, Ordering::Release);
     call.verdict
+}
+
+/// A fault the service cannot serve: recorded, explained on standard
+/// error (the thread is about to get SIGBUS, which may end the process
+/// before the record is logged), and failed.
+fn refuse(r: Report, why: &[u8]) -> Verdict {
+    report::error(r);
+    signal::write_stderr(why);
+    Verdict::Failed
 }
 
 /// Whether the calling thread is inside umio's in-thread fault handler,
@@ -403,12 +509,7 @@ fn serve(fault: BusFault) -> Verdict {
 /// stacks of its own, and this asks whether the caller's stack is one of
 /// them. Always `false` where no runtime serves faults in-thread.
 pub fn in_fault_handler() -> bool {
-    let Some(s) = service() else {
-        return false;
-    };
-    let here = 0u8;
-    let sp = std::hint::black_box(&here) as *const u8 as usize;
-    s.slots.iter().any(|slot| slot.stack.contains(sp))
+    service().is_some_and(|s| s.stacks.index_of(signal::stack_pointer()).is_some())
 }
 
 /// The entry for `addr`: of those that cover it, the newest region's (an
@@ -423,31 +524,92 @@ fn find(table: &[Entry], addr: usize) -> Option<&Entry> {
     .map(|k| &table[k])
 }
 
-/// Takes a free slot, waiting for one if every slot serves a fault.
-fn take_slot(s: &Service, thread: u32) -> *const Slot {
-    let n = s.slots.len();
+/// Takes a free slot for a fault nested `depth` deep, waiting for one if
+/// every slot of that level serves a fault.
+fn take_slot(s: &Service, thread: u32, depth: usize) -> (usize, &Slot) {
+    let (from, n) = match depth {
+        0 => (0, s.top_slots),
+        d => (s.top_slots + (d - 1) * NESTED_SLOTS, NESTED_SLOTS),
+    };
     let first = thread as usize % n;
     loop {
         for k in 0..n {
-            let slot = &s.slots[(first + k) % n];
+            let i = from + (first + k) % n;
+            let slot = &s.slots[i];
             if !slot.busy.load(Ordering::Relaxed)
                 && slot
                     .busy
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return slot;
+                return (i, slot);
             }
         }
         std::thread::yield_now();
     }
 }
 
-/// Runs on a slot's stack.
+/// Whether a fault of this thread under the one in `slot` holds `page` of
+/// `region` busy.
+fn held_below(s: &Service, slot: &Slot, region: u64, page: usize) -> bool {
+    let mut under = slot.under.load(Ordering::Relaxed);
+    while let Some(u) = s.slots.get(under) {
+        if u.region.load(Ordering::Relaxed) == region && u.page.load(Ordering::Relaxed) == page {
+            return true;
+        }
+        under = u.under.load(Ordering::Relaxed);
+    }
+    false
+}
+
+/// Runs on a slot's stack, with the thread's alternate signal stack off
+/// (see the module's docs), and serves. The stack is turned off here for
+/// a thread's first fault only: it is put back with `SS_AUTODISARM`.
 unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
     // SAFETY: `serve` passes its `Call`, alive until we return.
     let call = unsafe { &mut *(arg as *mut Call) };
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    // SAFETY: the handler's context, passed on by `serve`.
+    let alt = unsafe { signal::alt_stack_of(call.ctx) };
+    if alt.is_some() {
+        signal::set_alt_stack(&signal::no_alt_stack());
+    }
+    // SAFETY: the slot is this thread's until `serve` releases it; the
+    // context, as above.
+    unsafe {
+        *(*call.slot).mask.get() = if call.ctx.is_null() {
+            signal::full_set()
+        } else {
+            signal::interrupted_mask(call.ctx)
+        };
+    }
+    call.verdict = serve_here(call);
+    if let Some(st) = alt {
+        // Back, with `SS_AUTODISARM`: from now on the kernel turns the
+        // stack off itself while a handler runs on it (and back on at its
+        // return), and this thread's faults need neither call.
+        // SAFETY: the handler's context and the stack saved there.
+        unsafe { signal::rearm_alt_stack(call.ctx, st) };
+    }
+}
+
+/// Runs `f` (a wait: a store read, a sleep) with the signals that the code
+/// the in-thread handler interrupted let in, if called from the handler;
+/// as is otherwise. See the module's docs.
+pub(crate) fn let_signals_in<R>(f: impl FnOnce() -> R) -> R {
+    let Some(s) = service() else { return f() };
+    let Some(i) = s.stacks.index_of(signal::stack_pointer()) else {
+        return f();
+    };
+    // SAFETY: we run on slot `i`'s stack, so the slot is this thread's;
+    // its mask was set when the service began.
+    signal::set_mask(unsafe { &*s.slots[i].mask.get() });
+    let r = f();
+    signal::block_all();
+    r
+}
+
+fn serve_here(call: &mut Call) -> Verdict {
+    {
         let Some(s) = service() else {
             return Verdict::NotOurs;
         };
@@ -486,41 +648,82 @@ unsafe extern "C" fn serve_on_slot(arg: *mut u8) {
         // `Arc` of it; its runtime outlives it.
         drop(g);
         // SAFETY: the slot is this thread's until `serve` releases it.
-        let w = unsafe { &mut *(*call.slot).scratch.get() };
+        let slot = unsafe { &*call.slot };
+        let page = region.page_of(call.fault.addr);
+        if held_below(s, slot, region.id, page) {
+            return refuse(
+                Report::OwnPage {
+                    region: region.id,
+                    page: page as u64,
+                },
+                b"umio: a signal handler touched the page its thread was filling; SIGBUS\n",
+            );
+        }
+        slot.page.store(page, Ordering::Relaxed);
+        slot.region.store(region.id, Ordering::Relaxed);
+        // SAFETY: as above.
+        let w = unsafe { &mut *slot.scratch.get() };
         if shared.serve_in_thread(w, &region, call.fault.addr, call.fault.write, call.thread) {
             Verdict::Retry
         } else {
             Verdict::Failed
         }
-    }));
-    // A panic in the fault path (a bug) leaves the access to the previous
-    // handler or the default action rather than abort the process here.
-    call.verdict = run.unwrap_or(Verdict::NotOurs);
+    }
 }
 
-/// Passes a SIGBUS on to the handler umio's replaced, as the kernel would
-/// have: its own function, or the default action (restored, so that the
-/// retried access raises it).
+/// Whether the previous action, a one-shot handler (`SA_RESETHAND`), has
+/// been delivered once: the kernel would have restored the default action.
+static PREVIOUS_SPENT: AtomicBool = AtomicBool::new(false);
+
+/// Passes a SIGBUS on to the action umio's replaced, as the kernel would
+/// have: its handler, or the default action. A fault (`asynchronous`
+/// false) is retried when the handler returns: under the default action
+/// (restored) it raises SIGBUS again, which ends the process, as it would
+/// have without umio. An asynchronous SIGBUS is not retried: under the
+/// default action it is sent again, pending until the handler returns,
+/// and ends the process; ignored, it is dropped; umio's handler stays.
 ///
 /// # Safety
 /// `sig`, `info` and `ctx` are the arguments of the SIGBUS handler
 /// running now.
-unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+unsafe fn chain(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+    asynchronous: bool,
+) {
     let Some(prev) = PREVIOUS.get() else {
         return;
     };
-    if !prev.is_handler() {
-        // The access is retried and faults again: now the kernel's default
-        // action for SIGBUS (it cannot be ignored for a fault) ends the
-        // process, as it would have without umio.
-        prev.restore_sigbus();
+    let spent = prev.resets() && PREVIOUS_SPENT.swap(true, Ordering::AcqRel);
+    if prev.is_handler() && !spent {
+        // The application's handler runs with the mask it asked for, added
+        // to the interrupted code's.
+        // SAFETY: a function of the application's; the arguments are
+        // forwarded from the caller.
+        unsafe { prev.call(sig, info, ctx) };
+        // A handler that puts the default action back for a signal it does
+        // not own (Rust's standard library's does, expecting a fault to
+        // come again) means the default action for an asynchronous one:
+        // it is not coming again.
+        if asynchronous && signal::sigbus_is_default() {
+            // SAFETY: the handler's own `info`.
+            unsafe { signal::redeliver_sigbus(info) };
+        }
         return;
     }
-    // The application's handler runs with the mask it asked for, added to
-    // the interrupted code's.
-    // SAFETY: a function of the application's; the arguments are
-    // forwarded from the caller.
-    unsafe { prev.call(sig, info, ctx) };
+    if asynchronous {
+        if prev.is_ignore() && !spent {
+            return;
+        }
+        signal::set_sigbus_default();
+        // SAFETY: the handler's own `info`.
+        unsafe { signal::redeliver_sigbus(info) };
+        return;
+    }
+    // A fault cannot be ignored: the kernel's default action ends the
+    // process when the access is retried.
+    signal::set_sigbus_default();
 }
 
 #[cfg(test)]

@@ -210,6 +210,13 @@ impl FetchList {
 /// Called from several threads concurrently, so keep state in atomics (or
 /// behind a lock held briefly).
 ///
+/// **May run in a signal handler**: under
+/// [`FaultService::InThread`](crate::FaultService::InThread), `on_fault`
+/// (and so `on_miss`) is called by the faulting thread inside its SIGBUS
+/// handler. There it must not allocate (`fetch` has room reserved), log,
+/// panic (a panic in the handler aborts the process), or take a lock the
+/// application may hold while it touches mapped memory.
+///
 /// ```
 /// use umio_core::{Fault, FaultKind, FetchList, Prefetcher};
 ///

@@ -4,11 +4,11 @@
 //! own ([`ProcessConfig`]). Its rules are in [`ProcessRuntime`]'s docs.
 
 use std::any::Any;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::config::Builder;
 use crate::env::EnvConfig;
 use crate::error::{Errno, Error, Result};
+use crate::fork::{ForkGuard, ForkMutex};
 use crate::runtime::Runtime;
 
 /// A configuration the process-wide runtime starts from: compared with the
@@ -123,13 +123,16 @@ impl ProcessRuntime {
     /// runtime as the process is copied, and drops it after, in the parent
     /// and in the child.
     pub fn lock() -> ProcessLock {
-        ProcessLock { _owner: owner() }
+        // Not `owner()`: a fork handler must not register fork handlers.
+        ProcessLock {
+            _owner: OWNER.lock(),
+        }
     }
 }
 
 /// The owner's lock, held: see [`ProcessRuntime::lock`].
 pub struct ProcessLock {
-    _owner: MutexGuard<'static, Owner>,
+    _owner: ForkGuard<'static, Owner>,
 }
 
 impl std::fmt::Debug for ProcessLock {
@@ -138,10 +141,13 @@ impl std::fmt::Debug for ProcessLock {
     }
 }
 
-static OWNER: Mutex<Owner> = Mutex::new(Owner::new());
+/// Freed in a fork child if another thread held it (`fork.rs`), so that a
+/// child can start its runtime whatever its parent's threads were doing.
+pub(crate) static OWNER: ForkMutex<Owner> = ForkMutex::new(Owner::new());
 
-fn owner() -> MutexGuard<'static, Owner> {
-    OWNER.lock().unwrap_or_else(PoisonError::into_inner)
+fn owner() -> ForkGuard<'static, Owner> {
+    crate::fork::install();
+    OWNER.lock()
 }
 
 /// What a start was tried with: the configuration, or the error of reading
@@ -173,7 +179,7 @@ impl Failed {
 }
 
 /// The state behind [`ProcessRuntime`], for the process `pid`.
-struct Owner {
+pub(crate) struct Owner {
     pid: u32,
     running: Option<Running>,
     failed: Option<Failed>,

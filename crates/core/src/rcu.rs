@@ -9,13 +9,19 @@
 //! writer publishes, flips the epoch and waits for the old parity's
 //! readers to leave, twice (a reader that read the epoch just before the
 //! first flip is caught by the second). Writers are rare (a map, an
-//! unmap, new advice) and may sleep; readers are the fault path.
+//! unmap, new advice) and may sleep; readers are the fault path. Writers
+//! take one process-wide lock ([`writer`]).
+//!
+//! Across `fork` (`fork.rs`): the child forgets the parent's readers
+//! ([`after_fork`]) and its writers' lock is free, so that the child's
+//! first writer does not wait for threads it does not have (a parent's
+//! thread paused in a read section as it forked).
 
 use std::marker::PhantomData;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+use crate::fork::{ForkGuard, ForkMutex};
 use crate::padded::CachePadded;
 
 static EPOCH: AtomicUsize = AtomicUsize::new(0);
@@ -23,25 +29,32 @@ static READERS: [CachePadded<AtomicUsize>; 2] = [
     CachePadded::new(AtomicUsize::new(0)),
     CachePadded::new(AtomicUsize::new(0)),
 ];
-/// Serialises writers' grace periods.
-static WRITERS: Mutex<()> = Mutex::new(());
+/// Forks this process descends from, counted in each child: a section
+/// entered before a fork is not counted out in the child, whose counters
+/// start again from zero.
+static GENERATION: AtomicUsize = AtomicUsize::new(0);
+/// Serialises writers: updates and their grace periods.
+pub(crate) static WRITERS: ForkMutex<()> = ForkMutex::new(());
 
 /// A read-side critical section: what was read under it stays valid until
 /// it is dropped.
 pub(crate) struct ReadGuard {
     parity: usize,
+    generation: usize,
     /// Not `Send`: the section belongs to the thread that entered it.
     _thread: PhantomData<*const ()>,
 }
 
-/// Enters a read-side critical section. Async-signal-safe: two atomic
-/// operations.
+/// Enters a read-side critical section. Async-signal-safe: atomic
+/// operations only.
 #[inline]
 pub(crate) fn read() -> ReadGuard {
+    let generation = GENERATION.load(SeqCst);
     let parity = EPOCH.load(SeqCst) & 1;
     READERS[parity].fetch_add(1, SeqCst);
     ReadGuard {
         parity,
+        generation,
         _thread: PhantomData,
     }
 }
@@ -49,15 +62,34 @@ pub(crate) fn read() -> ReadGuard {
 impl Drop for ReadGuard {
     #[inline]
     fn drop(&mut self) {
-        READERS[self.parity].fetch_sub(1, SeqCst);
+        if GENERATION.load(SeqCst) == self.generation {
+            READERS[self.parity].fetch_sub(1, SeqCst);
+        }
     }
+}
+
+/// In a fork child, on its only thread (`fork.rs`): the parent's readers
+/// are other threads, which the child does not have.
+pub(crate) fn after_fork() {
+    GENERATION.fetch_add(1, SeqCst);
+    for r in &READERS {
+        r.store(0, SeqCst);
+    }
+}
+
+/// The writers' lock, held: see [`RcuCell::update_locked`].
+pub(crate) type Writer = ForkGuard<'static, ()>;
+
+/// Takes the writers' lock. Not from a signal handler, nor inside a read
+/// section.
+pub(crate) fn writer() -> Writer {
+    WRITERS.lock()
 }
 
 /// Waits until every read-side critical section that began before the
 /// call has ended. Must not be called inside one (it would wait for
 /// itself).
-pub(crate) fn synchronize() {
-    let _w = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
+fn synchronize(_writer: &Writer) {
     for _ in 0..2 {
         let old = EPOCH.fetch_add(1, SeqCst) & 1;
         let mut spins = 0u32;
@@ -76,8 +108,6 @@ pub(crate) fn synchronize() {
 /// whole by writers.
 pub(crate) struct RcuCell<T> {
     ptr: AtomicPtr<T>,
-    /// Serialises updates, so that none is lost.
-    update: Mutex<()>,
 }
 
 // SAFETY: the cell owns a `T` reached by shared references from any
@@ -90,7 +120,6 @@ impl<T> RcuCell<T> {
     pub(crate) fn new(value: T) -> RcuCell<T> {
         RcuCell {
             ptr: AtomicPtr::new(Box::into_raw(Box::new(value))),
-            update: Mutex::new(()),
         }
     }
 
@@ -113,12 +142,18 @@ impl<T> RcuCell<T> {
     /// reader can see it. Not from a signal handler, nor inside a read
     /// section.
     pub(crate) fn update(&self, f: impl FnOnce(&T) -> T) {
-        let _u = self.update.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: writers are serialised by `update`, so the value is not
-        // freed while we read it.
+        self.update_locked(&writer(), f)
+    }
+
+    /// [`update`](RcuCell::update) under the writers' lock the caller
+    /// holds (to keep what `f` reads from changing before it is
+    /// published).
+    pub(crate) fn update_locked(&self, writer: &Writer, f: impl FnOnce(&T) -> T) {
+        // SAFETY: writers are serialised by the writers' lock, so the
+        // value is not freed while we read it.
         let new = Box::into_raw(Box::new(f(unsafe { &*self.ptr.load(SeqCst) })));
         let old = self.ptr.swap(new, SeqCst);
-        synchronize();
+        synchronize(writer);
         // SAFETY: `old` came from Box::into_raw and no reader can reach it
         // any more.
         drop(unsafe { Box::from_raw(old) });

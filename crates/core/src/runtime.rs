@@ -23,6 +23,7 @@ impl Builder {
     /// threads.
     pub fn build(self) -> Result<Runtime> {
         let settings = self.validate()?;
+        crate::fork::install();
         let mode = settings.uffd_mode;
         let (uffd, user_mode_only) = open_uffd(mode)?;
         if user_mode_only && mode == UffdMode::Auto {

@@ -31,6 +31,10 @@ use crate::sys::signal;
 use crate::sys::uffd::Uffd;
 use crate::trace::{FaultTrace, Step, Tracer, now};
 
+/// Serialises changes of any runtime's cache bound; freed in a fork child
+/// if another thread held it (`fork.rs`).
+pub(crate) static RESIZING: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+
 /// State shared by the runtime's handles, its mappings and its threads.
 pub(crate) struct Shared {
     cfg: Config,
@@ -195,7 +199,9 @@ impl Shared {
         w.sleepers.fetch_add(1, Ordering::SeqCst);
         let seq = w.seq.load(Ordering::SeqCst);
         if busy() {
-            signal::futex_wait(&w.seq, seq, timeout.as_nanos() as u64);
+            in_thread::let_signals_in(|| {
+                signal::futex_wait(&w.seq, seq, timeout.as_nanos() as u64)
+            });
         }
         w.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
@@ -385,8 +391,7 @@ impl Shared {
     /// Sets the bound of the regular pool or of the huge-page pool.
     pub(crate) fn set_pool_limit(&self, huge_pool: bool, bytes: u64) -> Result<()> {
         // One change at a time: the checks below hold until it is made.
-        static RESIZING: Mutex<()> = Mutex::new(());
-        let _one = RESIZING.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = RESIZING.lock();
         let budget = if huge_pool {
             &self
                 .huge

@@ -203,6 +203,8 @@ fn evictor_main(shared: Arc<Shared>) {
         });
         removals_wait = shared.serve_removals();
         shared.evict_round(&mut w);
+        // What in-thread fault handlers could not log.
+        crate::report::drain();
     }
 }
 

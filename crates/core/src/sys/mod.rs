@@ -11,8 +11,9 @@
 //! - `mm.rs`: anonymous memory (`mmap`, `munmap`, `madvise`,
 //!   `process_madvise`), staging buffers;
 //! - `poller.rs`: epoll, eventfd, `poll`;
-//! - `signal.rs`: the SIGBUS handler's installation and chaining, `errno`
-//!   in a handler, signal masks, futexes, `gettid`, the in-thread
+//! - `signal.rs`: the SIGBUS handler's installation and chaining, sending
+//!   a SIGBUS again, `errno` in a handler, signal masks and the alternate
+//!   signal stack, `pthread_atfork`, futexes, `gettid`, the in-thread
 //!   service's stacks and the switch onto one;
 //! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
 //!   trigger.
@@ -22,7 +23,8 @@
 //!
 //! - `unsafe impl Send`/`Sync` for types holding raw pointers:
 //!   `mapping.rs` (`Mapping`), `in_thread.rs` (`Slot`, `Entry`), `rcu.rs`
-//!   (`RcuCell`);
+//!   (`RcuCell`), `fork.rs` (`ForkMutex`, and its guard's access to the
+//!   data);
 //! - the memory a region maps, read as a slice: `Mapping`'s accessors
 //!   (`mapping.rs`) and the dirty run handed to the store in
 //!   `writeback.rs`; the pages' lifetime is the region's protocol, not a

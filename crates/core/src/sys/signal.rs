@@ -15,17 +15,16 @@ use super::errno;
 pub(crate) type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// Installs `handler` for SIGBUS with `SA_SIGINFO | SA_ONSTACK |
-/// SA_RESTART`, every catchable signal blocked while it runs (so that no
-/// application handler runs on top of a fill in progress), and returns the
-/// action it replaced.
+/// SA_RESTART`, every signal blocked while it runs (the C library's own
+/// included: see [`full_set`]) but where it lets some in itself (while it
+/// waits: see `in_thread.rs`), and returns the action it replaced.
 pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     // SAFETY: zeroed sigaction structs are valid (no handler, empty
     // mask); every field the kernel reads is set below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as usize;
     new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-    // SAFETY: sa_mask is a valid sigset_t owned by `new`.
-    unsafe { libc::sigfillset(&mut new.sa_mask) };
+    new.sa_mask = full_set();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are to valid sigaction structs.
@@ -35,12 +34,12 @@ pub(crate) fn install_sigbus(handler: SigAction) -> Result<Action, i32> {
     Ok(Action(old))
 }
 
-/// Registers `child` to run in the child of every later `fork`
-/// (`pthread_atfork`), on the forking thread, before `fork` returns there.
-pub(crate) fn at_fork_child(child: extern "C" fn()) -> Result<(), i32> {
-    // SAFETY: registers a handler that lives as long as the process (a
-    // function, not a closure); no prepare or parent handler.
-    match unsafe { libc::pthread_atfork(None, None, Some(child)) } {
+/// Registers `prepare` to run in the forking thread before every later
+/// `fork`, and `child` in the child after it (`pthread_atfork`).
+pub(crate) fn at_fork(prepare: extern "C" fn(), child: extern "C" fn()) -> Result<(), i32> {
+    // SAFETY: registers handlers that live as long as the process
+    // (functions, not closures); no parent handler.
+    match unsafe { libc::pthread_atfork(Some(prepare), None, Some(child)) } {
         0 => Ok(()),
         e => Err(e),
     }
@@ -63,10 +62,15 @@ impl Action {
         !(h == libc::SIG_DFL || h == libc::SIG_IGN)
     }
 
-    /// Puts the action back as SIGBUS's action.
-    pub(crate) fn restore_sigbus(&self) {
-        // SAFETY: a valid sigaction struct, as returned by the kernel.
-        unsafe { libc::sigaction(libc::SIGBUS, &self.0, std::ptr::null_mut()) };
+    /// Whether the action is `SIG_IGN`.
+    pub(crate) fn is_ignore(&self) -> bool {
+        self.0.sa_sigaction == libc::SIG_IGN
+    }
+
+    /// Whether the action is a one-shot handler (`SA_RESETHAND`): the
+    /// kernel restores the default action as it delivers the signal.
+    pub(crate) fn resets(&self) -> bool {
+        self.0.sa_flags & libc::SA_RESETHAND != 0
     }
 
     /// Runs the action's function as the kernel would have: with the mask
@@ -88,7 +92,7 @@ impl Action {
         if !ctx.is_null() {
             // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
             let mut mask = unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask };
-            for s in 1..libc::SIGRTMAX() {
+            for s in 1..=libc::SIGRTMAX() {
                 // SAFETY: valid sigset_t values.
                 if unsafe { libc::sigismember(&prev.sa_mask, s) } == 1 {
                     // SAFETY: as above.
@@ -114,6 +118,133 @@ impl Action {
     }
 }
 
+/// Makes the default action SIGBUS's action.
+pub(crate) fn set_sigbus_default() {
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid sigaction struct.
+    unsafe { libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut()) };
+}
+
+/// Whether SIGBUS's action is now the default action.
+pub(crate) fn sigbus_is_default() -> bool {
+    // SAFETY: a zeroed struct, filled by the kernel.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: queries the action into `cur`.
+    let r = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) };
+    r == 0 && cur.sa_sigaction == libc::SIG_DFL
+}
+
+/// Sends SIGBUS with `info` to the calling thread again
+/// (`rt_tgsigqueueinfo`, or `tgkill` if refused): it is pending while the
+/// handler blocks it and delivered, under the action then installed, when
+/// the handler returns.
+///
+/// # Safety
+/// `info` is the `siginfo_t` of a SIGBUS handler running now.
+pub(crate) unsafe fn redeliver_sigbus(info: *const libc::siginfo_t) {
+    // SAFETY: plain system calls on this process and thread; `info` is
+    // valid (the caller's contract) and only read by the kernel.
+    unsafe {
+        let pid = libc::getpid();
+        let tid = gettid() as libc::pid_t;
+        if libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, libc::SIGBUS, info) != 0 {
+            libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGBUS);
+        }
+    }
+}
+
+/// Writes `msg` to standard error with one `write(2)`: what a signal
+/// handler may do to explain a death it cannot prevent.
+pub(crate) fn write_stderr(msg: &[u8]) {
+    // SAFETY: writes bytes we own to descriptor 2; a failure is ignored.
+    unsafe { libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len()) };
+}
+
+/// The thread's alternate signal stack as the kernel saved it in a
+/// handler's context, if one is set up and in use (`SS_AUTODISARM` off).
+///
+/// # Safety
+/// `ctx` is null or the context of a `SA_SIGINFO` handler running now.
+pub(crate) unsafe fn alt_stack_of(ctx: *const libc::c_void) -> Option<libc::stack_t> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+    let st = unsafe { (*(ctx as *const libc::ucontext_t)).uc_stack };
+    (st.ss_flags & (libc::SS_DISABLE | SS_AUTODISARM) == 0 && st.ss_size > 0).then_some(st)
+}
+
+/// `SS_AUTODISARM` (Linux 4.7), which `libc` does not define.
+const SS_AUTODISARM: i32 = 1 << 31;
+
+/// Sets the thread's alternate signal stack (`SS_DISABLE` in `st` turns
+/// it off). Refused (and ignored) while the thread runs on it.
+pub(crate) fn set_alt_stack(st: &libc::stack_t) {
+    // SAFETY: a valid stack_t; the kernel checks it.
+    unsafe { libc::sigaltstack(st, std::ptr::null_mut()) };
+}
+
+/// Puts the alternate signal stack `st` back, with `SS_AUTODISARM` (the
+/// kernel turns it off while a handler runs on it, Linux 4.7), or as it
+/// was where that is refused. With it, the handler's context is changed
+/// too, since the kernel puts the stack back from there when the handler
+/// returns.
+///
+/// # Safety
+/// `ctx` is null or the context of a `SA_SIGINFO` handler running now,
+/// and `st` the alternate stack saved there.
+pub(crate) unsafe fn rearm_alt_stack(ctx: *mut libc::c_void, mut st: libc::stack_t) {
+    st.ss_flags = SS_AUTODISARM;
+    // SAFETY: a valid stack_t; the kernel checks it.
+    if unsafe { libc::sigaltstack(&st, std::ptr::null_mut()) } != 0 {
+        st.ss_flags = 0;
+        set_alt_stack(&st);
+        return;
+    }
+    if !ctx.is_null() {
+        // SAFETY: the caller's contract; the kernel accepts the flag (it
+        // just did), so `rt_sigreturn` takes it.
+        unsafe { (*(ctx as *mut libc::ucontext_t)).uc_stack.ss_flags = SS_AUTODISARM };
+    }
+}
+
+/// A `stack_t` that turns the alternate signal stack off.
+pub(crate) fn no_alt_stack() -> libc::stack_t {
+    libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: libc::SS_DISABLE,
+        ss_size: 0,
+    }
+}
+
+/// The signal mask of the code a handler interrupted.
+///
+/// # Safety
+/// `ctx` is the (non-null) context of a `SA_SIGINFO` handler running now.
+pub(crate) unsafe fn interrupted_mask(ctx: *const libc::c_void) -> libc::sigset_t {
+    // SAFETY: a SA_SIGINFO handler's third argument is its ucontext_t.
+    unsafe { (*(ctx as *const libc::ucontext_t)).uc_sigmask }
+}
+
+/// The set of every signal, the C library's own (32 and 33) included,
+/// which its `sigfillset` leaves out: so that a thread in umio's handler
+/// has the mask of a thread the C library is starting or ending, which
+/// the map-time check of other threads' masks passes over (`in_thread.rs`).
+pub(crate) fn full_set() -> libc::sigset_t {
+    // SAFETY: an empty set, its first 64 bits (the kernel's whole
+    // `sigset_t`) set below.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `sigset_t` is at least 8 bytes, and any bits are valid.
+    unsafe { (&mut all as *mut libc::sigset_t as *mut u64).write_unaligned(!0) };
+    all
+}
+
+/// Blocks every signal in the calling thread.
+pub(crate) fn block_all() {
+    set_mask(&full_set());
+}
+
 /// The calling thread's `errno`, which a signal handler saves on entry.
 pub(crate) fn errno_value() -> i32 {
     // SAFETY: the calling thread's errno, a live thread-local int.
@@ -137,10 +268,23 @@ pub(crate) fn sigbus_blocked() -> bool {
     r == 0 && unsafe { libc::sigismember(&set, libc::SIGBUS) } == 1
 }
 
-/// Sets the calling thread's signal mask to `set`.
+/// Sets the calling thread's signal mask to `set`, exactly: with the
+/// system call, not the C library's `pthread_sigmask`, which leaves its
+/// own signals (32 and 33) out. The handler's mask then stays what the
+/// kernel made it (every signal), which the map-time check of other
+/// threads' masks tells from an application's (`in_thread.rs`).
 pub(crate) fn set_mask(set: &libc::sigset_t) {
-    // SAFETY: `set` is a valid sigset_t.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, set, std::ptr::null_mut()) };
+    // SAFETY: `set` is a valid sigset_t, of which the kernel reads its
+    // 8-byte `sigset_t`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            set as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        )
+    };
 }
 
 /// What the kernel says of a SIGBUS.
@@ -228,17 +372,25 @@ pub(crate) fn futex_wake_all(word: &AtomicU32) {
     };
 }
 
-/// A stack for the service to run on: anonymous memory with a guard page
-/// below it, committed by the kernel as it is touched.
-pub(crate) struct ServiceStack {
+/// Stacks for the service to run on: one anonymous mapping holding
+/// `count` stacks, each above a guard page, committed by the kernel as
+/// they are touched. One mapping, so that the stack an address lies in is
+/// a subtraction and a division away (a handler's first question: is it
+/// nested in another's service?).
+pub(crate) struct ServiceStacks {
     base: usize,
-    len: usize,
+    /// Bytes per stack, with its guard page.
+    stride: usize,
+    count: usize,
 }
 
-impl ServiceStack {
-    /// A stack of `len` bytes (a multiple of 4 KiB) above a guard page.
-    pub(crate) fn new(len: usize) -> Result<ServiceStack, i32> {
-        let total = len + 4096;
+const GUARD: usize = 4096;
+
+impl ServiceStacks {
+    /// `count` stacks of `len` bytes (a multiple of 4 KiB) each.
+    pub(crate) fn new(count: usize, len: usize) -> Result<ServiceStacks, i32> {
+        let stride = len + GUARD;
+        let total = stride * count;
         // SAFETY: a fresh private anonymous mapping; no existing memory is
         // affected.
         let p = unsafe {
@@ -254,48 +406,61 @@ impl ServiceStack {
         if p == libc::MAP_FAILED {
             return Err(errno());
         }
-        // SAFETY: the lowest page of the mapping just made.
-        if unsafe { libc::mprotect(p, 4096, libc::PROT_NONE) } != 0 {
-            let e = errno();
-            // SAFETY: the mapping just made.
-            unsafe { libc::munmap(p, total) };
-            return Err(e);
-        }
-        Ok(ServiceStack {
+        let stacks = ServiceStacks {
             base: p as usize,
-            len: total,
-        })
+            stride,
+            count,
+        };
+        for i in 0..count {
+            // SAFETY: the lowest page of stack `i`, in the mapping just made.
+            if unsafe {
+                libc::mprotect(
+                    (p as usize + i * stride) as *mut libc::c_void,
+                    GUARD,
+                    libc::PROT_NONE,
+                )
+            } != 0
+            {
+                return Err(errno());
+            }
+        }
+        Ok(stacks)
     }
 
-    /// Whether `addr` lies in the stack (or its guard page).
-    pub(crate) fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base) < self.len
+    /// The stack `addr` lies in (or in whose guard page), if any.
+    pub(crate) fn index_of(&self, addr: usize) -> Option<usize> {
+        let off = addr.wrapping_sub(self.base);
+        (off < self.stride * self.count).then_some(off / self.stride)
     }
 
-    /// The stack's top, 16-byte aligned.
-    fn top(&self) -> usize {
-        (self.base + self.len) & !15
+    /// Stack `i`'s top, 16-byte aligned.
+    pub(crate) fn top(&self, i: usize) -> usize {
+        (self.base + (i + 1) * self.stride) & !15
     }
 }
 
-impl Drop for ServiceStack {
+impl Drop for ServiceStacks {
     fn drop(&mut self) {
-        // SAFETY: the mapping this stack made; nothing runs on it now.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // SAFETY: the mapping these stacks made; nothing runs on it now.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.stride * self.count) };
     }
 }
 
-/// Calls `f(arg)` on `stack`, then switches back.
+/// The caller's stack pointer, near enough: the address of a local.
+#[inline(always)]
+pub(crate) fn stack_pointer() -> usize {
+    let here = 0u8;
+    std::hint::black_box(&here) as *const u8 as usize
+}
+
+/// Calls `f(arg)` on the stack whose top is `top` (see
+/// [`ServiceStacks::top`]), then switches back.
 ///
 /// # Safety
-/// No other thread runs on `stack` meanwhile; `f` must not unwind (it is
-/// `extern "C"`: a panic aborts) and must not longjmp out.
-pub(crate) unsafe fn call_on_stack(
-    stack: &ServiceStack,
-    f: unsafe extern "C" fn(*mut u8),
-    arg: *mut u8,
-) {
-    let top = stack.top();
+/// `top` is the top of a stack no other code runs on meanwhile; `f` must
+/// not unwind (it is `extern "C"`: a panic aborts) and must not longjmp
+/// out.
+pub(crate) unsafe fn call_on_stack(top: usize, f: unsafe extern "C" fn(*mut u8), arg: *mut u8) {
     // SAFETY: the new stack pointer is the 16-byte aligned top of a
     // mapping of our own that no one else uses; `call` pushes the return
     // address, giving `f` the alignment the ABI expects. The old stack
@@ -333,7 +498,7 @@ pub(crate) unsafe fn call_on_stack(
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     // SAFETY: forwarded from the caller; runs on the current stack.
     unsafe {
-        let _ = stack;
+        let _ = top;
         f(arg)
     }
 }
