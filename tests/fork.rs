@@ -93,11 +93,14 @@ fn child_maps_and_reads(service: FaultService, data: &[u8]) -> i32 {
     else {
         return 10;
     };
-    let m = match rt.map(
-        MapOptions::new()
-            .store(Arc::new(MemoryStore::new(data.to_vec())))
-            .prefetch(PrefetchKind::None),
-    ) {
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = match unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(Arc::new(MemoryStore::new(data.to_vec())))
+                .prefetch(PrefetchKind::None),
+        )
+    } {
         Ok(m) => m,
         Err(e) => {
             eprintln!("fork child: map: {e}");
@@ -128,13 +131,15 @@ fn busy_runtime(
         .build()
         .unwrap();
     let data = common::random_bytes(1 << 20, seed);
-    let m = rt
-        .map(
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe {
+        rt.map(
             MapOptions::new()
                 .store(Arc::new(MemoryStore::new(data.clone())))
                 .prefetch(PrefetchKind::None),
         )
-        .unwrap();
+    }
+    .unwrap();
     let stop = stop.clone();
     std::thread::spawn(move || {
         let _rt = rt;
@@ -393,11 +398,14 @@ fn a_fork_child_maps_while_a_parent_thread_pauses_in_a_policy_in_its_fault_handl
         .unwrap();
     let data = common::random_bytes(1 << 20, 4);
     let m = Arc::new(
-        rt.map(
-            MapOptions::new()
-                .store(Arc::new(MemoryStore::new(data.clone())))
-                .prefetch(PrefetchKind::None),
-        )
+        // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+        unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(Arc::new(MemoryStore::new(data.clone())))
+                    .prefetch(PrefetchKind::None),
+            )
+        }
         .unwrap(),
     );
     // Fill the cache, then arm the gate: the next miss reclaims.

@@ -84,11 +84,14 @@ fn runtime(service: FaultService) -> Runtime {
 }
 
 fn map_bytes(rt: &Runtime, data: &[u8]) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(Arc::new(MemoryStore::new(data.to_vec())))
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(Arc::new(MemoryStore::new(data.to_vec())))
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -286,11 +289,14 @@ impl Store for MappingStore {
 }
 
 fn over(rt: &Runtime, src: Mapping) -> Mapping {
-    rt.map(
-        MapOptions::new()
-            .store(Arc::new(MappingStore { src: Arc::new(src) }))
-            .prefetch(PrefetchKind::None),
-    )
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(Arc::new(MappingStore { src: Arc::new(src) }))
+                .prefetch(PrefetchKind::None),
+        )
+    }
     .unwrap()
 }
 
@@ -426,11 +432,14 @@ fn other_signals_are_delivered_while_a_fault_is_served() {
             saw_signal: Mutex::new(None),
         });
         let m = Arc::new(
-            rt.map(
-                MapOptions::new()
-                    .store(store.clone())
-                    .prefetch(PrefetchKind::None),
-            )
+            // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+            unsafe {
+                rt.map(
+                    MapOptions::new()
+                        .store(store.clone())
+                        .prefetch(PrefetchKind::None),
+                )
+            }
             .unwrap(),
         );
         let (m2, want) = (m.clone(), data[100]);
@@ -473,9 +482,10 @@ fn a_thread_that_blocks_sigbus_anywhere_is_found_at_map_time() {
         let _ = done_rx.recv();
     });
     blocked_rx.recv().unwrap();
-    let r = rt
-        .map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![1u8; 1 << 16]))))
-        .map(|_| ());
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let r =
+        unsafe { rt.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![1u8; 1 << 16])))) }
+            .map(|_| ());
     done_tx.send(()).unwrap();
     t.join().unwrap();
     assert!(
@@ -483,9 +493,10 @@ fn a_thread_that_blocks_sigbus_anywhere_is_found_at_map_time() {
         "{r:?}"
     );
     // Once no thread blocks it, the same map succeeds.
-    let m = rt
-        .map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![1u8; 1 << 16]))))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m =
+        unsafe { rt.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![1u8; 1 << 16])))) }
+            .unwrap();
     assert!(m.iter().all(|&b| b == 1));
 }
 
@@ -549,9 +560,8 @@ fn errors_in_the_fault_handler_are_logged_outside_it() {
     let rt = runtime(FaultService::InThread);
     let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![7u8; 1 << 20])));
     store.fail_reads(FaultTrigger::Offsets(8192..12288), libc::EIO);
-    let m = rt
-        .map(MapOptions::new().store(store).prefetch(PrefetchKind::None))
-        .unwrap();
+    // SAFETY: nothing but this mapping changes the store while a slice of it lives.
+    let m = unsafe { rt.map(MapOptions::new().store(store).prefetch(PrefetchKind::None)) }.unwrap();
     assert_eq!(m[0], 7);
     // SAFETY: a byte of the live mapping; its read fails and the
     // application's handler maps a zero page there.
