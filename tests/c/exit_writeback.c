@@ -4,6 +4,8 @@
      exit          umap, then exit(0) without uunmap
      return        umap, then return from main without uunmap
      umio-exit     umio_map, then exit(0) without umio_unmap
+     named         as exit, from a main thread the program names umio-app:
+                   a name is not what makes a thread one of umio's own
      thread        two threads write a half each; main calls exit(0) while
                    the other still runs, reading its half in a loop
      atexit        a handler the program registers after umap writes the
@@ -18,6 +20,7 @@
                    back then), then uunmap(p, 0) for the rest
    The cache is larger than the file (UMAP_BUFSIZE), so that no eviction
    writes anything back before the end. */
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <sys/wait.h>
 #include <stdatomic.h>
@@ -63,6 +66,8 @@ int main(int argc, char **argv) {
   const char *mode = argv[2];
   int fd = open(argv[1], O_RDWR);
   CHECK(fd >= 0);
+  if (strcmp(mode, "named") == 0)
+    CHECK(prctl(PR_SET_NAME, "umio-app", 0, 0, 0) == 0);
   if (strcmp(mode, "umio-exit") == 0) {
     base = umio_map(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, NULL);
     CHECK(base != UMIO_FAILED);
@@ -73,7 +78,8 @@ int main(int argc, char **argv) {
   printf("exit_writeback: %s\n", mode);
   fflush(stdout);
 
-  if (strcmp(mode, "exit") == 0 || strcmp(mode, "umio-exit") == 0) {
+  if (strcmp(mode, "exit") == 0 || strcmp(mode, "umio-exit") == 0 ||
+      strcmp(mode, "named") == 0) {
     write_range(0, LEN);
     exit(0);
   }

@@ -22,6 +22,22 @@ use crate::spin::{ADAPTIVE_SPIN, FillerWait};
 use crate::sys::poller::{Poller, Wake};
 use crate::sys::uffd::UffdMsg;
 
+thread_local! {
+    /// Set on every thread a runtime starts (`spawn_all`).
+    static RUNTIME_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of a runtime's own (a filler, an
+/// evictor, a prefetch thread...), whatever its name: code that would wait
+/// for umio's threads (a write-back at exit, say) must not run on one of
+/// them, since the thread may hold the page it would wait for. A thread
+/// the application names `umio-*` is not one of them.
+pub fn on_runtime_thread() -> bool {
+    // A `const` thread-local without a destructor: readable at any time,
+    // during thread exit included.
+    RUNTIME_THREAD.with(|t| t.get())
+}
+
 /// Starts every thread of a runtime. On failure the threads already
 /// started are in `threads`, to be stopped by [`stop`].
 pub(crate) fn spawn_all(
@@ -34,7 +50,10 @@ pub(crate) fn spawn_all(
         let s = shared.clone();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || f(s))
+            .spawn(move || {
+                RUNTIME_THREAD.with(|t| t.set(true));
+                f(s)
+            })
             .map(|h| threads.push(h))
             .map_err(|e| {
                 Error::os(

@@ -50,10 +50,10 @@ extern "C" fn at_exit() {
         if MAPPER.load(Ordering::Relaxed) != std::process::id() {
             return;
         }
-        if let Some(name) = umio_thread_name() {
+        if umio_core::on_runtime_thread() {
             // A C store's or policy's callback called exit: the thread may
             // hold a page the write-back would wait for, for ever.
-            log::error!("umio: exit called in umio's thread {name}: nothing written back");
+            log::error!("umio: exit called in one of umio's threads: nothing written back");
             return;
         }
         let spawned = std::thread::Builder::new()
@@ -67,24 +67,6 @@ extern "C" fn at_exit() {
             Err(_) => flush_all(),
         }
     });
-}
-
-/// The calling thread's name if it is one of umio's (`umio-filler-0`...).
-/// Read from the kernel's copy: the thread's Rust handle may be gone by
-/// now.
-fn umio_thread_name() -> Option<String> {
-    let mut name = [0u8; 16];
-    // SAFETY: the buffer is writable for its length, the 16 bytes a
-    // thread name takes with its NUL.
-    let r = unsafe {
-        libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr().cast(), name.len())
-    };
-    if r != 0 {
-        return None;
-    }
-    let name = std::ffi::CStr::from_bytes_until_nul(&name).ok()?;
-    let name = name.to_str().ok()?;
-    name.starts_with("umio-").then(|| name.to_string())
 }
 
 /// Writes back and syncs every mapping this process made and still maps.

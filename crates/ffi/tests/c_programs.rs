@@ -463,6 +463,7 @@ fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
             "exit",
             "return",
             "umio-exit",
+            "named",
             "thread",
             "atexit",
             "fork",
