@@ -927,16 +927,35 @@ impl Mapping {
     /// [`prefetch`](Mapping::prefetch) of a range of the region.
     fn prefetch_at(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&range)?;
+        self.hint(vec![pages]);
+        Ok(())
+    }
+
+    /// The one path of every hint ([`prefetch`](Mapping::prefetch),
+    /// [`prefetch_ranges`](Mapping::prefetch_ranges),
+    /// [`Advice::WillNeed`], the C API's `umap_prefetch` and
+    /// `umio_prefetch`): the page ranges, sorted and merged, go to the
+    /// prefetch threads as one job, whose missing pages' reads go to the
+    /// store in batches of up to its depth (`Shared::fill_hint`).
+    fn hint(&self, mut pages: Vec<Range<usize>>) {
+        pages.retain(|p| !p.is_empty());
         if pages.is_empty() {
-            return Ok(());
+            return;
+        }
+        pages.sort_unstable_by_key(|p| p.start);
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(pages.len());
+        for p in pages {
+            match merged.last_mut() {
+                Some(last) if p.start <= last.end => last.end = last.end.max(p.end),
+                _ => merged.push(p),
+            }
         }
         self.rt.shared().jobs().push(PrefetchJob {
             region: self.region.clone(),
-            pages: vec![pages],
+            pages: merged,
             fetch: FetchList::new(),
             promote: None,
         });
-        Ok(())
     }
 
     /// Starts filling the pages overlapping each of `ranges` (bytes) in the
@@ -963,28 +982,11 @@ impl Mapping {
     /// # Ok(()) }
     /// ```
     pub fn prefetch_ranges(&self, ranges: &[Range<usize>]) -> Result<()> {
-        let mut pages = ranges
+        let pages = ranges
             .iter()
             .map(|r| self.pages_covering(&self.inner(r.clone())))
             .collect::<Result<Vec<_>>>()?;
-        pages.retain(|p| !p.is_empty());
-        if pages.is_empty() {
-            return Ok(());
-        }
-        pages.sort_unstable_by_key(|p| p.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(pages.len());
-        for p in pages {
-            match merged.last_mut() {
-                Some(last) if p.start <= last.end => last.end = last.end.max(p.end),
-                _ => merged.push(p),
-            }
-        }
-        self.rt.shared().jobs().push(PrefetchJob {
-            region: self.region.clone(),
-            pages: merged,
-            fetch: FetchList::new(),
-            promote: None,
-        });
+        self.hint(pages);
         Ok(())
     }
 

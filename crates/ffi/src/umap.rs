@@ -123,20 +123,21 @@ pub unsafe extern "C" fn umap_prefetch(npages: c_int, page_array: *mut umap_pref
         // SAFETY: checked non-null and aligned; the caller promised
         // `npages` items.
         let items = unsafe { std::slice::from_raw_parts(page_array, n) };
-        // Consecutive pages of one region go in one request.
-        let mut runs: Vec<(Arc<Mapping>, Range<usize>)> = Vec::new();
+        // One hint per region: its pages sorted, merged and read in
+        // batches of up to the store's depth, all in flight at once.
+        let mut hints: Vec<(Arc<Mapping>, Vec<Range<usize>>)> = Vec::new();
         for item in items {
             let m = registry::get(item.page_base_addr)?;
             let ps = m.page_size();
             let page = registry::relative(&m, item.page_base_addr, 1)?.start / ps * ps;
-            let page_end = (page + ps).min(m.len());
-            match runs.last_mut() {
-                Some((last, r)) if Arc::ptr_eq(last, &m) && r.end == page => r.end = page_end,
-                _ => runs.push((m, page..page_end)),
+            let page = page..(page + ps).min(m.len());
+            match hints.iter_mut().find(|(h, _)| Arc::ptr_eq(h, &m)) {
+                Some((_, ranges)) => ranges.push(page),
+                None => hints.push((m, vec![page])),
             }
         }
-        for (m, r) in runs {
-            m.prefetch(r)?;
+        for (m, ranges) in hints {
+            m.prefetch_ranges(&ranges)?;
         }
         Ok(())
     })
