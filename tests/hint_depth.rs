@@ -132,7 +132,8 @@ impl Store for Recording {
             log.waiting -= 1;
             log.batches.push(batch.len());
             for req in batch.iter() {
-                for p in req.offset() as usize / PS..(req.offset() as usize + req.len()).div_ceil(PS)
+                for p in
+                    req.offset() as usize / PS..(req.offset() as usize + req.len()).div_ceil(PS)
                 {
                     *log.per_page.entry(p).or_default() += 1;
                     log.batched_pages += 1;
@@ -239,7 +240,9 @@ fn every_hint_reaches_the_store_as_one_batch_at_its_depth(service: FaultService)
     let mut pages = scattered(DEPTH, PAGES, 5);
     pages.push(pages[7]);
     m.prefetch_ranges(&page_ranges(&pages)).unwrap();
-    store.wait_for("32 hinted reads", |l| l.batches.iter().sum::<usize>() >= DEPTH);
+    store.wait_for("32 hinted reads", |l| {
+        l.batches.iter().sum::<usize>() >= DEPTH
+    });
     for &p in &pages {
         touch(&m, p * PS + 1);
     }
@@ -257,7 +260,9 @@ fn every_hint_reaches_the_store_as_one_batch_at_its_depth(service: FaultService)
     assert_eq!(store.log().single, DEPTH);
     m.advise(100 * PS..(100 + 2 * DEPTH) * PS, Advice::WillNeed)
         .unwrap();
-    store.wait_for("32 advised reads", |l| l.batches.iter().sum::<usize>() >= DEPTH);
+    store.wait_for("32 advised reads", |l| {
+        l.batches.iter().sum::<usize>() >= DEPTH
+    });
     for k in 0..DEPTH {
         touch(&m, (101 + 2 * k) * PS);
     }
@@ -274,7 +279,11 @@ fn every_hint_reaches_the_store_as_one_batch_at_its_depth(service: FaultService)
     store.wait_for("16 read-ahead reads", |l| {
         l.batches.iter().sum::<usize>() >= FetchList::CAPACITY
     });
-    assert_eq!(store.log().batches, [FetchList::CAPACITY], "a prefetcher's output");
+    assert_eq!(
+        store.log().batches,
+        [FetchList::CAPACITY],
+        "a prefetcher's output"
+    );
     let st = rt.stats();
     assert!(st.read_submissions >= 3, "{st:?}");
     assert_eq!(st.max_reads_in_flight, DEPTH as u64, "{st:?}");
@@ -319,7 +328,10 @@ fn a_page_touched_while_its_hinted_read_is_in_flight_is_read_once_with(service: 
     }
     let log = store.log();
     assert_eq!(log.batches, [hinted.len()], "{service:?}");
-    assert_eq!(log.single, 0, "{service:?}: a second read of a page in flight");
+    assert_eq!(
+        log.single, 0,
+        "{service:?}: a second read of a page in flight"
+    );
     for p in hinted {
         assert_eq!(log.per_page.get(&p), Some(&1), "{service:?}: page {p}");
     }
@@ -359,10 +371,7 @@ fn hints_past_the_cache_size_keep_the_pages_in_use_with(service: FaultService) {
         last = now;
         std::thread::sleep(Duration::from_secs(1));
     }
-    let evicted: Vec<usize> = in_use
-        .clone()
-        .filter(|&p| !m.is_resident(p * PS))
-        .collect();
+    let evicted: Vec<usize> = in_use.clone().filter(|&p| !m.is_resident(p * PS)).collect();
     assert!(
         evicted.is_empty(),
         "{service:?}: the hint evicted pages in use: {evicted:?} ({} pages hinted)",
@@ -374,8 +383,14 @@ fn hints_past_the_cache_size_keep_the_pages_in_use_with(service: FaultService) {
     assert_eq!(store.log().single, in_use.len(), "{service:?}: read again");
     // The hint was served up to half the cache, from its start.
     let filled = store.batched_pages();
-    assert!(filled <= cache_pages / 2, "{service:?}: {filled} pages hinted");
-    assert!(m.is_resident(512 * PS), "{service:?}: the hint's first page");
+    assert!(
+        filled <= cache_pages / 2,
+        "{service:?}: {filled} pages hinted"
+    );
+    assert!(
+        m.is_resident(512 * PS),
+        "{service:?}: the hint's first page"
+    );
 }
 
 #[test]

@@ -918,8 +918,13 @@ impl Mapping {
     }
 
     /// Starts filling the pages overlapping `range` (bytes) in the
-    /// background and returns at once. Pages that do not fit in the cache
-    /// evict older ones.
+    /// background and returns at once, their reads in batches of up to
+    /// the store's [`queue_depth`](umio_backends::Store::queue_depth), all
+    /// in flight at once. Pages that do not fit in the cache evict older
+    /// ones; one hint fills at most half of the cache, so that the pages
+    /// the application is using stay (the rest is read when touched). A
+    /// thread that touches a page whose read is in flight waits for that
+    /// read.
     pub fn prefetch(&self, range: Range<usize>) -> Result<()> {
         self.prefetch_at(self.inner(range))
     }
@@ -969,7 +974,8 @@ impl Mapping {
     /// ([`Store::submit`](umio_backends::Store::submit)), so a store such
     /// as io_uring has them all in flight at once.
     /// Pages already resident are skipped; pages that do not fit in the
-    /// cache evict older ones.
+    /// cache evict older ones, up to half of the cache, as for
+    /// [`prefetch`](Mapping::prefetch).
     ///
     /// ```no_run
     /// # fn main() -> umio_core::Result<()> {
