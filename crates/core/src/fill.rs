@@ -465,8 +465,8 @@ impl Shared {
     /// read-ahead queued there, evicting older pages for room. At most
     /// [`HINT_CACHE_FRACTION`] of the cache is filled: a hint larger than
     /// the cache would otherwise evict every page the application is
-    /// using, then most of its own pages before they are used (Linux,
-    /// likewise, reads at most a read-ahead window per `MADV_WILLNEED`).
+    /// using, then most of its own pages before they are used (Linux, too,
+    /// bounds what one `MADV_WILLNEED` reads).
     /// The pages past that are left to their faults.
     ///
     /// [`Mapping::prefetch`]: crate::Mapping::prefetch
