@@ -109,9 +109,9 @@ pub unsafe extern "C" fn umap_has_write_support() -> c_int {
 /// the background: one hint per region, its pages sorted, merged and read
 /// in batches of up to the store's queue depth, all in flight at once (at
 /// most half of the cache per call). If any address is outside every
-/// region, or `npages` is negative, or `page_array` is NULL with `npages`
-/// > 0, nothing is prefetched and errno is set to `EINVAL`; errno is left
-/// alone on success.
+/// region, or `npages` is negative, or `page_array` is NULL with a
+/// positive `npages`, nothing is prefetched and errno is set to `EINVAL`;
+/// errno is left alone on success.
 ///
 /// # Safety
 /// `page_array` points to `npages` items.
