@@ -37,13 +37,14 @@ fn run_within(exe: &Path, args: &[&str], limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-const EXAMPLES: [&str; 12] = [
+const EXAMPLES: [&str; 13] = [
     "direct_io",
     "backends",
     "bfs",
     "cache_resize",
     "demo",
     "fault_path",
+    "hint_batches",
     "huge",
     "policies",
     "quickstart",

@@ -32,6 +32,9 @@ const MAX_FILL_RUN: usize = 2 << 20;
 const MAX_FILL_BATCH: usize = 8 << 20;
 /// Most runs in one batch of store requests, whatever the store's depth.
 pub(crate) const MAX_BATCH_RUNS: usize = 64;
+/// A job of the prefetch threads (a hint, merged read-ahead) fills at most
+/// this fraction of the cache; see `Shared::fill_hint`.
+const HINT_CACHE_FRACTION: u64 = 2;
 /// Largest prefetch a filler reads itself after a fault; larger ones (a
 /// read-ahead stream's grown windows) go to the prefetch threads, so that
 /// the windows of several streams are read side by side while the fillers
@@ -471,6 +474,35 @@ impl Shared {
         ranges: &[Range<usize>],
         may_reclaim: bool,
     ) -> usize {
+        self.fill_ranges_at_most(w, region, ranges, may_reclaim, usize::MAX)
+    }
+
+    /// Fills a job of the prefetch threads: hints ([`Mapping::prefetch`],
+    /// [`Mapping::prefetch_ranges`], `Advice::WillNeed`, the C API's) and
+    /// read-ahead queued there, evicting older pages for room. At most
+    /// [`HINT_CACHE_FRACTION`] of the cache is filled: a hint larger than
+    /// the cache would otherwise evict every page the application is
+    /// using, then most of its own pages before they are used (Linux, too,
+    /// bounds what one `MADV_WILLNEED` reads).
+    /// The pages past that are left to their faults.
+    ///
+    /// [`Mapping::prefetch`]: crate::Mapping::prefetch
+    /// [`Mapping::prefetch_ranges`]: crate::Mapping::prefetch_ranges
+    pub(crate) fn fill_hint(&self, w: &mut Scratch, region: &Region, ranges: &[Range<usize>]) {
+        let most = self.budget_of(region).limit() / HINT_CACHE_FRACTION / region.page_size as u64;
+        let most = usize::try_from(most).unwrap_or(usize::MAX).max(1);
+        self.fill_ranges_at_most(w, region, ranges, true, most);
+    }
+
+    /// [`fill_ranges`](Shared::fill_ranges), filling at most `most` pages.
+    fn fill_ranges_at_most(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        ranges: &[Range<usize>],
+        may_reclaim: bool,
+        most: usize,
+    ) -> usize {
         let ps = region.page_size;
         // A run's cache space is reserved whole: keep runs to a quarter of
         // the cache (at least one page: regions' pages are at most that), or
@@ -491,10 +523,16 @@ impl Shared {
             .filter(|r| !r.is_empty());
         let mut cur = ranges.next();
         let mut stop = false;
+        // Pages taken (locked) so far, filled or not.
+        let mut taken = 0;
         while !stop {
             runs.clear();
             let mut bytes = 0;
             while let Some(pages) = cur.as_mut() {
+                if taken >= most {
+                    stop = true;
+                    break;
+                }
                 if runs.len() == depth || bytes >= max_batch {
                     break;
                 }
@@ -508,7 +546,7 @@ impl Shared {
                     continue;
                 }
                 while pages.start < pages.end
-                    && pages.start - i < max_run
+                    && pages.start - i < max_run.min(most - taken)
                     && region.pages.try_lock(pages.start, PageState::Empty)
                 {
                     pages.start += 1;
@@ -520,6 +558,7 @@ impl Shared {
                     break;
                 }
                 bytes += run.len() * ps;
+                taken += run.len();
                 runs.push(run);
             }
             if runs.is_empty() {
@@ -599,6 +638,10 @@ impl Shared {
                 .store_reads
                 .fetch_add(reqs.len() as u64, Relaxed);
             if !reqs.is_empty() {
+                let c = self.counters();
+                c.read_submissions.fetch_add(1, Relaxed);
+                c.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
+                c.max_reads_in_flight.fetch_max(reqs.len() as u64, Relaxed);
                 region.store.submit(&mut reqs);
             }
             for (req, k) in reqs.iter().zip(which) {

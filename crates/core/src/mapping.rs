@@ -918,8 +918,13 @@ impl Mapping {
     }
 
     /// Starts filling the pages overlapping `range` (bytes) in the
-    /// background and returns at once. Pages that do not fit in the cache
-    /// evict older ones.
+    /// background and returns at once, their reads in batches of up to
+    /// the store's [`queue_depth`](umio_backends::Store::queue_depth), all
+    /// in flight at once. Pages that do not fit in the cache evict older
+    /// ones; one hint fills at most half of the cache, so that the pages
+    /// the application is using stay (the rest is read when touched). A
+    /// thread that touches a page whose read is in flight waits for that
+    /// read.
     pub fn prefetch(&self, range: Range<usize>) -> Result<()> {
         self.prefetch_at(self.inner(range))
     }
@@ -927,49 +932,20 @@ impl Mapping {
     /// [`prefetch`](Mapping::prefetch) of a range of the region.
     fn prefetch_at(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&range)?;
-        if pages.is_empty() {
-            return Ok(());
-        }
-        self.rt.shared().jobs().push(PrefetchJob {
-            region: self.region.clone(),
-            pages: vec![pages],
-            fetch: FetchList::new(),
-            promote: None,
-        });
+        self.hint(vec![pages]);
         Ok(())
     }
 
-    /// Starts filling the pages overlapping each of `ranges` (bytes) in the
-    /// background and returns at once: a vectored [`prefetch`](Mapping::prefetch),
-    /// as UMap's `umap_prefetch` takes a list. Every range is checked first;
-    /// if one lies outside the mapping nothing is queued. The ranges are
-    /// filled in offset order, overlapping and adjacent ones merged, in
-    /// batches: each run of consecutive missing pages costs one store read
-    /// and one `UFFDIO_COPY` (up to 2 MiB, and a quarter of the cache), and
-    /// the reads of many runs go to the store together
-    /// ([`Store::submit`](umio_backends::Store::submit)), so a store such
-    /// as io_uring has them all in flight at once.
-    /// Pages already resident are skipped; pages that do not fit in the
-    /// cache evict older ones.
-    ///
-    /// ```no_run
-    /// # fn main() -> umio_core::Result<()> {
-    /// # let rt = umio_core::Runtime::builder().build()?;
-    /// # let file = std::fs::File::open("data.bin").unwrap();
-    /// // SAFETY: nothing else changes data.bin while the mapping lives.
-    /// let map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
-    /// // The index blocks a query will read next.
-    /// map.prefetch_ranges(&[0..4096, 1 << 20..(1 << 20) + 65536, 8192..12288])?;
-    /// # Ok(()) }
-    /// ```
-    pub fn prefetch_ranges(&self, ranges: &[Range<usize>]) -> Result<()> {
-        let mut pages = ranges
-            .iter()
-            .map(|r| self.pages_covering(&self.inner(r.clone())))
-            .collect::<Result<Vec<_>>>()?;
+    /// The one path of every hint ([`prefetch`](Mapping::prefetch),
+    /// [`prefetch_ranges`](Mapping::prefetch_ranges),
+    /// [`Advice::WillNeed`], the C API's `umap_prefetch` and
+    /// `umio_prefetch`): the page ranges, sorted and merged, go to the
+    /// prefetch threads as one job, whose missing pages' reads go to the
+    /// store in batches of up to its depth (`Shared::fill_hint`).
+    fn hint(&self, mut pages: Vec<Range<usize>>) {
         pages.retain(|p| !p.is_empty());
         if pages.is_empty() {
-            return Ok(());
+            return;
         }
         pages.sort_unstable_by_key(|p| p.start);
         let mut merged: Vec<Range<usize>> = Vec::with_capacity(pages.len());
@@ -985,6 +961,38 @@ impl Mapping {
             fetch: FetchList::new(),
             promote: None,
         });
+    }
+
+    /// Starts filling the pages overlapping each of `ranges` (bytes) in the
+    /// background and returns at once: a vectored [`prefetch`](Mapping::prefetch),
+    /// as UMap's `umap_prefetch` takes a list. Every range is checked first;
+    /// if one lies outside the mapping nothing is queued. The ranges are
+    /// filled in offset order, overlapping and adjacent ones merged, in
+    /// batches: each run of consecutive missing pages costs one store read
+    /// and one `UFFDIO_COPY` (up to 2 MiB, and a quarter of the cache), and
+    /// the reads of many runs go to the store together
+    /// ([`Store::submit`](umio_backends::Store::submit)), so a store such
+    /// as io_uring has them all in flight at once.
+    /// Pages already resident are skipped; pages that do not fit in the
+    /// cache evict older ones, up to half of the cache, as for
+    /// [`prefetch`](Mapping::prefetch).
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let file = std::fs::File::open("data.bin").unwrap();
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let map = unsafe { rt.map_file(&file, umio_core::MapOptions::new()) }?;
+    /// // The index blocks a query will read next.
+    /// map.prefetch_ranges(&[0..4096, 1 << 20..(1 << 20) + 65536, 8192..12288])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn prefetch_ranges(&self, ranges: &[Range<usize>]) -> Result<()> {
+        let pages = ranges
+            .iter()
+            .map(|r| self.pages_covering(&self.inner(r.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        self.hint(pages);
         Ok(())
     }
 

@@ -27,7 +27,9 @@ pub enum Advice {
     Sequential,
     /// Expect random access: no read-ahead.
     Random,
-    /// Expect access soon: fetch the range in the background now.
+    /// Expect access soon: fetch the range in the background now, as
+    /// [`Mapping::prefetch`](crate::Mapping::prefetch) does (reads in
+    /// batches of the store's depth, at most half of the cache).
     WillNeed,
     /// Promote the range's aligned 2 MiB ranges to huge pages on their
     /// next miss, whatever the region's promotion policy (as

@@ -106,6 +106,19 @@ counters! {
     bytes_read,
     /// Pages filled by prefetch rather than by a fault.
     prefetched_pages,
+    /// Batches of store reads submitted at once
+    /// ([`Store::submit`](umio_backends::Store::submit)): the reads of
+    /// hints, read-ahead, pinning and promotion, up to the store's
+    /// [`queue_depth`](umio_backends::Store::queue_depth) each. A miss's
+    /// own read is not one of them.
+    read_submissions,
+    /// Store reads in those batches: `reads_submitted / read_submissions`
+    /// ([`Stats::mean_reads_in_flight`]) is how full the store's queue was
+    /// kept on average.
+    reads_submitted,
+    /// The most store reads one batch put in flight at once: the store's
+    /// depth once a batch filled its queue.
+    max_reads_in_flight,
     /// Failed fills (the faulting thread got SIGBUS).
     read_errors,
     /// Misses a filler did not read itself because all but one filler were
@@ -232,6 +245,18 @@ pub fn format_bytes(n: u64) -> String {
     }
 }
 
+impl Stats {
+    /// Store reads in flight per batch submitted, on average
+    /// (`reads_submitted / read_submissions`); 0 before the first batch.
+    pub fn mean_reads_in_flight(&self) -> f64 {
+        if self.read_submissions == 0 {
+            0.0
+        } else {
+            self.reads_submitted as f64 / self.read_submissions as f64
+        }
+    }
+}
+
 impl std::fmt::Display for Stats {
     /// A compact summary, one topic a line:
     ///
@@ -243,7 +268,9 @@ impl std::fmt::Display for Stats {
     /// write-back: 40 writes, 4.0 MiB, 0 errors
     /// ```
     ///
-    /// with a `huge pages:` line when there were huge-page faults,
+    /// with a `batches:` line (store reads in flight per batch
+    /// submitted, mean and max) when reads were submitted in batches, a
+    /// `huge pages:` line when there were huge-page faults,
     /// promotions or a huge-page pool, and a `no progress:` line when a
     /// fault made none.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -273,6 +300,15 @@ impl std::fmt::Display for Stats {
             self.prefetched_pages,
             self.read_errors
         )?;
+        if self.read_submissions != 0 {
+            writeln!(
+                f,
+                "batches: {} submitted, {:.1} reads in flight per batch (max {})",
+                self.read_submissions,
+                self.mean_reads_in_flight(),
+                self.max_reads_in_flight
+            )?;
+        }
         writeln!(
             f,
             "cache: {} resident of {}, {} evicted pages ({} dirty), {} regions",

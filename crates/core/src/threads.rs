@@ -199,7 +199,7 @@ fn prefetch_main(shared: Arc<Shared>) {
                     // for, queued as fetch lists: no allocation there).
                     let max = (MAX_MERGED_BYTES / region.page_size).max(1);
                     shared.jobs().merge_following(&mut job, max);
-                    shared.fill_ranges(&mut w, &region, &job.pages, true);
+                    shared.fill_hint(&mut w, &region, &job.pages);
                 }
             }
         } else if let (Some(chunk), Some(h)) = (job.promote, &region.huge) {

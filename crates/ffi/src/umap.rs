@@ -106,9 +106,12 @@ pub unsafe extern "C" fn umap_has_write_support() -> c_int {
 }
 
 /// Starts filling the pages holding `page_array[0..npages]`'s addresses in
-/// the background. If any address is outside every region, or `npages` is
-/// negative, or `page_array` is NULL with `npages` > 0, nothing is
-/// prefetched and errno is set to `EINVAL`; errno is left alone on success.
+/// the background: one hint per region, its pages sorted, merged and read
+/// in batches of up to the store's queue depth, all in flight at once (at
+/// most half of the cache per call). If any address is outside every
+/// region, or `npages` is negative, or `page_array` is NULL with a
+/// positive `npages`, nothing is prefetched and errno is set to `EINVAL`;
+/// errno is left alone on success.
 ///
 /// # Safety
 /// `page_array` points to `npages` items.
@@ -123,20 +126,21 @@ pub unsafe extern "C" fn umap_prefetch(npages: c_int, page_array: *mut umap_pref
         // SAFETY: checked non-null and aligned; the caller promised
         // `npages` items.
         let items = unsafe { std::slice::from_raw_parts(page_array, n) };
-        // Consecutive pages of one region go in one request.
-        let mut runs: Vec<(Arc<Mapping>, Range<usize>)> = Vec::new();
+        // One hint per region: its pages sorted, merged and read in
+        // batches of up to the store's depth, all in flight at once.
+        let mut hints: Vec<(Arc<Mapping>, Vec<Range<usize>>)> = Vec::new();
         for item in items {
             let m = registry::get(item.page_base_addr)?;
             let ps = m.page_size();
             let page = registry::relative(&m, item.page_base_addr, 1)?.start / ps * ps;
-            let page_end = (page + ps).min(m.len());
-            match runs.last_mut() {
-                Some((last, r)) if Arc::ptr_eq(last, &m) && r.end == page => r.end = page_end,
-                _ => runs.push((m, page..page_end)),
+            let page = page..(page + ps).min(m.len());
+            match hints.iter_mut().find(|(h, _)| Arc::ptr_eq(h, &m)) {
+                Some((_, ranges)) => ranges.push(page),
+                None => hints.push((m, vec![page])),
             }
         }
-        for (m, r) in runs {
-            m.prefetch(r)?;
+        for (m, ranges) in hints {
+            m.prefetch_ranges(&ranges)?;
         }
         Ok(())
     })
@@ -258,4 +262,114 @@ pub unsafe extern "C" fn umapcfg_get_evict_low_water_threshold() -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn umapcfg_get_evict_high_water_threshold() -> c_int {
     setting(|s| s.high_water.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use umio_backends::{IoRequest, MemoryStore, Store, StoreError};
+    use umio_core::{MapOptions, PrefetchKind};
+
+    use super::*;
+
+    /// A store of depth 32 that records the size of each batch submitted.
+    struct Batches {
+        inner: MemoryStore,
+        sizes: Mutex<Vec<usize>>,
+    }
+
+    impl Batches {
+        fn reads(&self) -> usize {
+            self.sizes.lock().unwrap().iter().sum()
+        }
+    }
+
+    impl Store for Batches {
+        fn len(&self) -> Result<u64, StoreError> {
+            self.inner.len()
+        }
+        fn set_len(&self, len: u64) -> Result<(), StoreError> {
+            self.inner.set_len(len)
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+            self.sizes.lock().unwrap().push(1);
+            self.inner.read_at(offset, buf)
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+            self.inner.write_at(offset, buf)
+        }
+        fn sync(&self) -> Result<(), StoreError> {
+            self.inner.sync()
+        }
+        fn is_writable(&self) -> bool {
+            false
+        }
+        fn name(&self) -> &str {
+            "batches"
+        }
+        fn submit(&self, batch: &mut [IoRequest<'_>]) {
+            self.sizes.lock().unwrap().push(batch.len());
+            for req in batch.iter_mut() {
+                req.perform(&self.inner);
+            }
+        }
+        fn queue_depth(&self) -> usize {
+            32
+        }
+    }
+
+    #[test]
+    fn umap_prefetch_of_32_scattered_pages_is_one_batch_of_32_reads() {
+        const PAGES: usize = 4096;
+        let rt = config::runtime().unwrap();
+        let ps = rt.config().page_size;
+        let bytes: Vec<u8> = (0..PAGES * ps).map(|i| (i / ps) as u8 ^ i as u8).collect();
+        let store = Arc::new(Batches {
+            inner: MemoryStore::new(bytes.clone()),
+            sizes: Mutex::new(Vec::new()),
+        });
+        // SAFETY: nothing else reaches the store.
+        let m = unsafe {
+            rt.map(
+                MapOptions::new()
+                    .store(store.clone())
+                    .prefetch(PrefetchKind::None),
+            )
+        }
+        .unwrap();
+        let base = registry::insert(m);
+        // 32 scattered pages, out of order, one of them twice.
+        let mut pages: Vec<usize> = (0..32).map(|k| (k * 2654435761usize) % PAGES).collect();
+        pages.push(pages[3]);
+        let mut items: Vec<umap_prefetch_item> = pages
+            .iter()
+            .map(|p| umap_prefetch_item {
+                page_base_addr: (base + p * ps + 17) as *mut c_void,
+            })
+            .collect();
+        // SAFETY: `items` holds that many items.
+        unsafe { umap_prefetch(items.len() as c_int, items.as_mut_ptr()) };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while store.reads() < 32 {
+            assert!(Instant::now() < deadline, "hung: {:?}", store.sizes);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            *store.sizes.lock().unwrap(),
+            [32],
+            "the hint's reads reach the store as one batch at its depth"
+        );
+        for p in pages {
+            // SAFETY: inside the mapping, read-only.
+            let got = unsafe { std::ptr::read_volatile((base + p * ps + 5) as *const u8) };
+            assert_eq!(got, bytes[p * ps + 5], "page {p}");
+        }
+        let st = rt.stats();
+        assert!(st.max_reads_in_flight >= 32, "{st:?}");
+        // SAFETY: nothing uses the mapping afterwards.
+        assert_eq!(unsafe { uunmap(base as *mut c_void, 0) }, 0);
+    }
 }
