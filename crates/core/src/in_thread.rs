@@ -460,7 +460,9 @@ fn serve(fault: BusFault, ctx: *mut libc::c_void) -> Verdict {
     let under = s.stacks.index_of(signal::stack_pointer());
     let depth = under.map_or(0, |u| s.slots[u].depth.load(Ordering::Relaxed) + 1);
     if depth > MAX_NESTING {
-        return refuse(Report::NestedTooDeep { depth: depth as u64 }, b"umio: an in-thread fault nested too deep in others (a store reading umio memory that reads umio memory...); SIGBUS\n");
+        return refuse(Report::NestedTooDeep {
+            depth: depth as u64,
+        });
     }
     // The one system call of the handler's own (besides the fill's): the
     // thread id, which picks the slot and keys the fault path's per-thread
@@ -491,12 +493,10 @@ fn serve(fault: BusFault, ctx: *mut libc::c_void) -> Verdict {
     call.verdict
 }
 
-/// A fault the service cannot serve: recorded, explained on standard
-/// error (the thread is about to get SIGBUS, which may end the process
-/// before the record is logged), and failed.
-fn refuse(r: Report, why: &[u8]) -> Verdict {
+/// A fault the service cannot serve: recorded and failed (`on_sigbus`
+/// writes the record to standard error before the thread gets SIGBUS).
+fn refuse(r: Report) -> Verdict {
     report::error(r);
-    signal::write_stderr(why);
     Verdict::Failed
 }
 
@@ -651,13 +651,10 @@ fn serve_here(call: &mut Call) -> Verdict {
         let slot = unsafe { &*call.slot };
         let page = region.page_of(call.fault.addr);
         if held_below(s, slot, region.id, page) {
-            return refuse(
-                Report::OwnPage {
-                    region: region.id,
-                    page: page as u64,
-                },
-                b"umio: a signal handler touched the page its thread was filling; SIGBUS\n",
-            );
+            return refuse(Report::OwnPage {
+                region: region.id,
+                page: page as u64,
+            });
         }
         slot.page.store(page, Ordering::Relaxed);
         slot.region.store(region.id, Ordering::Relaxed);
@@ -706,9 +703,15 @@ unsafe fn chain(
         // not own (Rust's standard library's does, expecting a fault to
         // come again) means the default action for an asynchronous one:
         // it is not coming again.
-        if asynchronous && signal::sigbus_is_default() {
-            // SAFETY: the handler's own `info`.
-            unsafe { signal::redeliver_sigbus(info) };
+        if signal::sigbus_is_default() {
+            // The process ends (the access retried, or the signal sent
+            // again) before any thread of umio's logs what the service
+            // recorded (why the fault failed): say it now.
+            report::drain_to_stderr();
+            if asynchronous {
+                // SAFETY: the handler's own `info`.
+                unsafe { signal::redeliver_sigbus(info) };
+            }
         }
         return;
     }
@@ -716,13 +719,15 @@ unsafe fn chain(
         if prev.is_ignore() && !spent {
             return;
         }
+        report::drain_to_stderr();
         signal::set_sigbus_default();
         // SAFETY: the handler's own `info`.
         unsafe { signal::redeliver_sigbus(info) };
         return;
     }
     // A fault cannot be ignored: the kernel's default action ends the
-    // process when the access is retried.
+    // process when the access is retried; say why first.
+    report::drain_to_stderr();
     signal::set_sigbus_default();
 }
 

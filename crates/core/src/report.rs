@@ -89,9 +89,9 @@ impl fmt::Display for Report {
             }
             Report::NestedTooDeep { depth } => write!(
                 f,
-                "an in-thread fault nested {depth} deep (a store or callback reading umio \
-                 memory that reads umio memory...) is more than the service serves; \
-                 the faulting thread gets SIGBUS"
+                "an in-thread fault nested too deep ({depth} levels: a store or callback \
+                 reading umio memory that reads umio memory...), more than the service \
+                 serves; the faulting thread gets SIGBUS"
             ),
             Report::Stuck {
                 region,
@@ -151,6 +151,80 @@ pub(crate) fn drain() {
         |level, r| log_now(level, &r),
         |lost| log::error!("umio: {lost} more errors met in signal handlers were not recorded"),
     );
+}
+
+/// Writes what signal handlers recorded to standard error, from a signal
+/// handler: for a SIGBUS about to end the process (the default action),
+/// before any thread could log the reason.
+/// Async-signal-safe: each line is formatted into a buffer on the stack
+/// (no allocation: a store error's errno is written as a number, not
+/// through `io::Error`, whose text allocates) and written with one
+/// `write(2)`. What it writes is not logged again.
+pub(crate) fn drain_to_stderr() {
+    RING.drain(
+        |level, r| {
+            let mut line = StackLine::default();
+            let tag = match level {
+                Level::Error => "ERROR",
+                Level::Warn => "WARN",
+            };
+            let _ = match r {
+                Report::StoreRead { region, err } => fmt::Write::write_fmt(
+                    &mut line,
+                    format_args!(
+                        "[umio {tag}] umio: region {region}'s store: {} at offset {} failed: errno {}\n",
+                        err.op, err.offset, err.errno
+                    ),
+                ),
+                r => fmt::Write::write_fmt(&mut line, format_args!("[umio {tag}] umio: {r}\n")),
+            };
+            crate::sys::signal::write_stderr(line.bytes());
+        },
+        |lost| {
+            let mut line = StackLine::default();
+            let _ = fmt::Write::write_fmt(
+                &mut line,
+                format_args!("[umio ERROR] umio: {lost} more errors in signal handlers were not recorded\n"),
+            );
+            crate::sys::signal::write_stderr(line.bytes());
+        },
+    );
+}
+
+/// A line formatted on the stack, cut at its capacity (ending in a
+/// newline all the same).
+struct StackLine {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Default for StackLine {
+    fn default() -> Self {
+        StackLine {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+}
+
+impl StackLine {
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl fmt::Write for StackLine {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.buf.len() - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            // Cut: keep the line a line.
+            self.buf[self.buf.len() - 1] = b'\n';
+        }
+        Ok(())
+    }
 }
 
 const SLOTS: usize = 64;
