@@ -15,11 +15,16 @@ use crate::huge::HugeState;
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
 use crate::scratch::Scratch;
+use crate::fill::STALL_LOGGED_AFTER;
 use crate::shared::{Pool, Shared};
 use crate::sys::mm;
 
 /// Most victims taken per batch (Aquila evicts 512 at a time).
 const MAX_BATCH: usize = 512;
+
+/// How long dirty pages of a store whose last write failed are left alone
+/// by eviction and write-back before they are tried again, in ms.
+const WRITE_RETRY_MS: u64 = 1000;
 
 /// Answers a pool's policy about its pages. A page that belongs to the
 /// other pool (a range promoted into the huge-page pool, or demoted out of
@@ -71,11 +76,128 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
+        self.write_back_over_dirty_limit(pool, false);
         self.evict_to_low_water(w, pool, false);
+        self.report_stalls(pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
+            self.write_back_over_dirty_limit(h, true);
             self.evict_to_low_water(w, h, true);
+            self.report_stalls(h, true);
         }
+    }
+
+    /// Once a writer waits for a pool's dirty limit (`Shared::may_dirty`):
+    /// writes the dirty pages of its regions back, leaving them resident
+    /// and clean. Pages
+    /// of a store whose writes failed within [`WRITE_RETRY_MS`] are left
+    /// for later; if they were all there was, writers of other stores
+    /// stop waiting for them (`Pool::writeback_stuck`).
+    pub(crate) fn write_back_over_dirty_limit(&self, pool: &Pool, huge_pool: bool) {
+        if !pool.dirty_wanted.swap(false, Relaxed) {
+            return;
+        }
+        let table = self.regions();
+        let mut written = false;
+        let mut held_back = false;
+        for region in table.all() {
+            if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
+                continue;
+            }
+            if region
+                .write_failed_at()
+                .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS)
+            {
+                held_back = true;
+                continue;
+            }
+            let Some(_g) = region.enter() else { continue };
+            let before = region.dirty.load(Relaxed);
+            let _ = self.write_dirty(region, 0..region.pages.len());
+            if region.dirty.load(Relaxed) < before {
+                written = true;
+            } else {
+                held_back = true;
+            }
+            if self.is_shutting_down() {
+                return;
+            }
+        }
+        pool.writeback_stuck
+            .store(held_back && !written, Relaxed);
+    }
+
+    /// Logs, once per wait, a wait for cache space or for dirty pages to
+    /// be written back that has lasted [`STALL_LOGGED_AFTER`], with what
+    /// holds the cache; and a reservation refused for good. The waiting
+    /// threads may be signal handlers, which may not log.
+    fn report_stalls(&self, pool: &Pool, huge_pool: bool) {
+        let name = if huge_pool { "huge-page pool" } else { "cache" };
+        let refused = pool.refused.swap(0, Relaxed);
+        if refused > 0 {
+            log::error!(
+                "umio: a fault needs {refused} bytes of {name} space, more than it can ever \
+                 have beside its pinned pages ({} bytes pinned, bound {}): the faulting \
+                 thread gets SIGBUS",
+                self.pinned_bytes(),
+                pool.budget.limit()
+            );
+        }
+        let after = STALL_LOGGED_AFTER.as_millis() as u64;
+        let now = self.now_ms();
+        for (waits, what) in [
+            (&pool.space_waits, "cache space"),
+            (&pool.dirty_waits, "dirty pages to be written back"),
+        ] {
+            let Some(since) = waits.unlogged_since() else {
+                continue;
+            };
+            if now.saturating_sub(since) < after {
+                continue;
+            }
+            waits.mark_logged();
+            log::warn!(
+                "umio: faults have waited {} s for {what} ({name}), and wait on: {}; {}",
+                now.saturating_sub(since) / 1000,
+                self.stall_reason(huge_pool),
+                self.describe_cache()
+            );
+        }
+    }
+
+    /// Why the pages of a pool cannot be evicted now, in words.
+    fn stall_reason(&self, huge_pool: bool) -> String {
+        let table = self.regions();
+        let mut failing = Vec::new();
+        let mut busy = 0usize;
+        for r in table.all().iter().filter(|r| r.huge_pool == huge_pool) {
+            if let Some(e) = r.write_failure()
+                && r.dirty.load(Relaxed) > 0
+            {
+                failing.push(format!(
+                    "region {} holds {} dirty pages its store fails to write (errno {e})",
+                    r.id,
+                    r.dirty.load(Relaxed)
+                ));
+            }
+            busy += (0..r.pages.len())
+                .filter(|&p| matches!(r.pages.get(p), Observed::Busy(_)))
+                .count();
+        }
+        let mut out = failing.join("; ");
+        if busy > 0 {
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str(&format!(
+                "{busy} pages held busy by store reads or write-backs in flight \
+                 (a slow or frozen store)"
+            ));
+        }
+        if out.is_empty() {
+            out.push_str("other threads taking the space freed");
+        }
+        out
     }
 
     /// Once one pool is above its high watermark, or a miss waits for
@@ -182,7 +304,13 @@ impl Shared {
             // A signal handler evicts clean pages only: writing back goes
             // through the store's batch path (allocations, io_uring rings
             // shared with other threads), which the evictors take instead.
-            let states: &[PageState] = if w.in_signal {
+            // Nor are dirty pages of a store whose writes fail tried again
+            // by every eviction: once per `WRITE_RETRY` (the write-back
+            // pass retries them too).
+            let failing = region
+                .write_failed_at()
+                .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS);
+            let states: &[PageState] = if w.in_signal || failing {
                 &[PageState::Clean]
             } else {
                 &[PageState::Clean, PageState::Dirty]
@@ -339,7 +467,7 @@ impl Shared {
                         .fetch_add(run.len() as u64, Relaxed);
                 }
                 Err(e) => {
-                    log::warn!("umio: write-back during eviction failed: {e}");
+                    // Logged once per run of failures (`write_runs`).
                     region.defer_error(e);
                     failed.extend(run.clone());
                 }
@@ -456,7 +584,7 @@ impl Shared {
                     Observed::Stable(s) => {
                         if region.pages.try_lock(p, s) {
                             if s == PageState::Dirty {
-                                region.dirty.fetch_sub(1, Relaxed);
+                                self.count_undirty(region, 1);
                             }
                             freed += region.page_size as u64;
                             break;

@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 use umio_backends::{IoRequest, StoreError};
@@ -21,7 +21,7 @@ use crate::prefetch::{Fault, FaultKind, FetchList};
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
-use crate::shared::{PrefetchJob, Shared};
+use crate::shared::{PrefetchJob, Shared, Waiting};
 use crate::sys::mm;
 use crate::trace::Step;
 
@@ -36,8 +36,13 @@ pub(crate) const MAX_BATCH_RUNS: usize = 64;
 /// the windows of several streams are read side by side while the fillers
 /// serve faults. Below this a hand-off costs more than the read.
 const MAX_INLINE_PREFETCH: usize = 64 << 10;
-/// How long a miss waits for cache space before it fails with SIGBUS.
-const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+/// A wait for cache space (or for dirty pages to be written back) this
+/// long is logged, once, with what holds the cache.
+pub(crate) const STALL_LOGGED_AFTER: Duration = Duration::from_secs(5);
+/// The first and the longest nap of a thread waiting for cache space that
+/// eviction could not free at once.
+const NAP_MIN: Duration = Duration::from_micros(50);
+const NAP_MAX: Duration = Duration::from_millis(5);
 
 /// Bytes a waiting miss wants, counted in its pool's `wanted` while it
 /// lives. Atomics only: made in signal handlers too.
@@ -77,8 +82,12 @@ impl Shared {
         self.trace_step(Step::Filling);
         let ps = region.page_size;
         let addr = region.page_addr(page);
+        if write && region.writable && self.may_dirty(region).is_err() {
+            self.refuse_write(region, page, PageState::Empty);
+            return false;
+        }
         if !self.reserve(w, ps as u64, true, region) {
-            if region.is_closing() || self.reader_must_not_drop() {
+            if region.is_closing() || self.reader_must_not_drop() || self.is_shutting_down() {
                 // Being unmapped: unregistering will release the thread.
                 // Or a reader that may not evict (remove events,
                 // `remove.rs`): the evictors are kicked, and the thread
@@ -88,10 +97,8 @@ impl Shared {
                 self.wake(addr, ps);
                 return true;
             }
-            log::error!(
-                "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
-                self.describe_cache()
-            );
+            // The page can never fit beside the pinned pages (`reserve`;
+            // an evictor logs why: a signal handler may not).
             self.fail_fill(region, page..page + 1);
             return false;
         }
@@ -151,7 +158,7 @@ impl Shared {
         }
         self.trace_step(Step::Installed);
         if dirty {
-            region.dirty.fetch_add(1, Relaxed);
+            self.count_dirty(region, 1);
             self.counters().write_misses.fetch_add(1, Relaxed);
         } else {
             self.counters().read_misses.fetch_add(1, Relaxed);
@@ -177,6 +184,84 @@ impl Shared {
         self.policy_of(region).inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
         true
+    }
+
+    /// Whether a page of `region` may become dirty now: not while the
+    /// region's store fails its writes (the write fails, as a write fault
+    /// on a file whose file system cannot store it does: `Err` with the
+    /// store's errno), and not past the dirty limit (half the pool:
+    /// waits, however long, while the evictors write dirty pages back).
+    /// A region whose last write-back failed but has no dirty page left
+    /// (dropped by `DontNeed`) is let through: only a write tells whether
+    /// the store works again. Signal-safe: atomics, `clock_gettime` and
+    /// `nanosleep`.
+    pub(crate) fn may_dirty(&self, region: &Region) -> Result<(), i32> {
+        let pool = self.pool_of(region);
+        let bytes = region.page_size as u64;
+        let mut waiting: Option<Waiting<'_>> = None;
+        let mut nap = NAP_MIN;
+        loop {
+            if let Some(e) = region.write_failure()
+                && region.dirty.load(Relaxed) > 0
+            {
+                return Err(e);
+            }
+            if pool.dirty.load(Relaxed) + bytes <= pool.dirty_limit()
+                || pool.writeback_stuck.load(Relaxed)
+                || region.is_closing()
+                || self.is_shutting_down()
+            {
+                return Ok(());
+            }
+            // Over the limit: the evictors write dirty pages back (a store
+            // that fails its writes sets `writeback_stuck`, or this
+            // region's failure, and the wait ends).
+            pool.dirty_wanted.store(true, Relaxed);
+            if self.cfg().evictors == 0 && !self.in_thread() {
+                // No evictor to do it: a filler writes back itself.
+                self.write_back_over_dirty_limit(pool, region.huge_pool);
+            }
+            self.kick_evictors();
+            if waiting.is_none() {
+                waiting = Some(pool.dirty_waits.enter(self.now_ms()));
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(NAP_MAX);
+        }
+    }
+
+    /// A write to `page` (held busy, in state `was`: Empty for a write
+    /// miss, Clean for a first write) that the store cannot take: the
+    /// writing thread gets SIGBUS, as from a kernel file mapping whose
+    /// file system cannot reserve the blocks. In-thread the caller raises
+    /// it (the page is released as it was); with fillers a clean page is
+    /// dropped (nothing is lost: the store holds its bytes) and the page
+    /// poisoned, as for a failed read. Dirty data is never dropped here.
+    /// The store's failure was logged when write-back met it.
+    pub(crate) fn refuse_write(&self, region: &Region, page: usize, was: PageState) {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        if self.in_thread() {
+            let _ = region.pages.unlock(page, was);
+            self.wake(addr, ps);
+            return;
+        }
+        if was == PageState::Clean {
+            if self.reader_must_not_drop() {
+                // A reader may not drop pages (`remove.rs`): the writer
+                // faults again, and waits so, until the store works.
+                let _ = region.pages.unlock(page, was);
+                self.wake(addr, ps);
+                return;
+            }
+            if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
+                log::error!("umio: MADV_DONTNEED failed: errno {e}");
+                let _ = region.pages.unlock(page, was);
+                self.wake(addr, ps);
+                return;
+            }
+            self.budget_of(region).release(ps as u64);
+        }
+        self.poison_and_release(region, page..page + 1);
     }
 
     /// Reads one page from the store into this worker's staging buffer,
@@ -374,10 +459,16 @@ impl Shared {
 
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
     /// the cache is full (no hand-off to the evictor on the fault path)
-    /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
+    /// and waits for space as long as it may come: while pages are being
+    /// written back, read, or freed by other threads, however slow the
+    /// store (a wait of more than [`STALL_LOGGED_AFTER`] is logged once by
+    /// an evictor, with what holds the cache). Without it, fails at once.
     ///
-    /// Gives up at once when `region` starts being unmapped, so that unmap
-    /// never waits for a fill that waits for space.
+    /// Fails only when the space can never come: the reservation is
+    /// larger than what the pool can hold besides its pinned pages (noted
+    /// in `Pool::refused` for the evictors to log). Gives up at once when
+    /// `region` starts being unmapped, so that unmap never waits for a
+    /// fill that waits for space.
     pub(crate) fn reserve(
         &self,
         w: &mut Scratch,
@@ -385,7 +476,6 @@ impl Shared {
         may_reclaim: bool,
         region: &Region,
     ) -> bool {
-        let mut deadline = None;
         let pool = self.pool_of(region);
         let budget = &pool.budget;
         // A reader that must not drop pages (remove events on) leaves the
@@ -395,6 +485,8 @@ impl Shared {
         // Once a try fails: the bytes this miss waits for, told to the
         // evictors until it returns.
         let mut wanting: Option<Wanted<'_>> = None;
+        let mut waiting: Option<Waiting<'_>> = None;
+        let mut nap = NAP_MIN;
         loop {
             // The huge pool's reservations are 2 MiB or more: no batching.
             let got = if region.huge_pool {
@@ -415,6 +507,22 @@ impl Shared {
                 }
                 return false;
             }
+            // Pinned pages are never evicted (the regular pool holds them;
+            // a promoted range's pinned pages are few): a reservation that
+            // does not fit beside them never will, until they are unpinned
+            // or the bound grows. Everything else the pool holds is
+            // resident and evictable once its owner lets go of it, or
+            // credit other threads return.
+            let pinned = if region.huge_pool {
+                0
+            } else {
+                self.pinned_bytes()
+            };
+            if bytes.saturating_add(pinned) > budget.limit() {
+                pool.refused.store(bytes, Relaxed);
+                self.kick_evictors();
+                return false;
+            }
             if wanting.is_none() {
                 wanting = Some(Wanted::new(&pool.wanted, bytes));
             }
@@ -431,11 +539,18 @@ impl Shared {
                 (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
             if self.evict_batch(w, &*pool.policy, pages) == 0 {
-                let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
-                if Instant::now() > d {
-                    return false;
+                // Nothing to take now: the pages are busy (a store read or
+                // write-back in flight, however slow), dirty and waiting
+                // for the evictors to write them back, or the space went
+                // to other threads. Wait for them, napping longer the
+                // longer it lasts.
+                if waiting.is_none() {
+                    waiting = Some(pool.space_waits.enter(self.now_ms()));
                 }
-                std::thread::sleep(Duration::from_micros(50));
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(NAP_MAX);
+            } else {
+                nap = NAP_MIN;
             }
         }
     }
@@ -497,9 +612,22 @@ impl Shared {
                     pages.start += 1;
                 }
                 let run = i..pages.start;
-                if !self.reserve(w, (run.len() * ps) as u64, may_reclaim, region) {
-                    self.release_run(region, run, PageState::Empty);
-                    stop = true;
+                // Waiting for space while holding the space of runs not yet
+                // installed could wait for itself (or, with other threads
+                // doing the same, for each other): with runs in hand, fill
+                // them first and come back for this one.
+                if !self.reserve(
+                    w,
+                    (run.len() * ps) as u64,
+                    may_reclaim && runs.is_empty(),
+                    region,
+                ) {
+                    self.release_run(region, run.clone(), PageState::Empty);
+                    if runs.is_empty() {
+                        stop = true;
+                    } else {
+                        pages.start = run.start;
+                    }
                     break;
                 }
                 bytes += run.len() * ps;

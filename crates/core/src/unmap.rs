@@ -5,7 +5,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use umio_backends::StoreError;
 use umio_cache::{Observed, PageState};
@@ -120,7 +119,7 @@ impl Shared {
             if let Err(e) = r {
                 // The pages are unmapped all the same: their changes are lost
                 // and reported.
-                region.dirty.fetch_sub(run.len(), Relaxed);
+                self.count_undirty(region, run.len());
                 first.get_or_insert(e);
             }
         }
