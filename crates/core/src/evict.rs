@@ -225,6 +225,9 @@ impl Shared {
         };
         let page_size = self.largest_page(huge_pool);
         while budget.used() > target() && !self.is_shutting_down() {
+            // A writer waiting for the dirty limit is not kept waiting for
+            // a long round of eviction under readers' misses.
+            self.write_back_over_dirty_limit(pool, huge_pool);
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
@@ -269,14 +272,66 @@ impl Shared {
         policy: &dyn EvictionPolicy,
         max: usize,
     ) -> u64 {
-        if w.in_signal {
+        self.evicting().fetch_add(1, Relaxed);
+        let freed = if w.in_signal {
             // A signal handler may not load the runtime's table (`arc-swap`
             // allocates and initialises a thread-local on a thread's first
             // load, and is not reentrant).
-            return crate::in_thread::with_regions(|t| self.evict_batch_in(w, policy, max, t));
+            crate::in_thread::with_regions(|t| self.evict_batch_in(w, policy, max, t))
+        } else {
+            let table = self.regions();
+            self.evict_batch_in(w, policy, max, &**table)
+        };
+        self.evicting().fetch_sub(1, Relaxed);
+        freed
+    }
+
+    /// Checks that the regular pool's policy tracks every resident page
+    /// that is not pinned (a page it lost track of would never be evicted,
+    /// and a full cache of them would starve every miss). Entries and
+    /// pages change while threads work, so it looks when no eviction batch
+    /// holds victims and no page is busy, dropping stale and duplicate
+    /// entries first; a lost entry stays lost, so it looks a few times
+    /// before it reports one. For tests (`Runtime::check_policy`).
+    pub(crate) fn check_policy_tracks_resident(&self) -> Result<(), String> {
+        let mut last = String::from("never quiet: eviction batches or busy pages every time");
+        for _ in 0..300 {
+            let pool = self.pool();
+            let table = self.regions();
+            if self.evicting().load(Relaxed) == 0 {
+                pool.policy.purge(&Oracle {
+                    table: &**table,
+                    huge_pool: false,
+                });
+                let tracked = pool.policy.tracked();
+                let (mut resident, mut busy) = (0usize, 0usize);
+                for r in table.all().iter().filter(|r| !r.huge_pool) {
+                    for p in 0..r.pages.len() {
+                        match r.pages.get(p) {
+                            Observed::Stable(PageState::Clean | PageState::Dirty)
+                                if !r.pages.is_pinned(p) =>
+                            {
+                                resident += 1
+                            }
+                            Observed::Busy(_) => busy += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                if busy == 0 && self.evicting().load(Relaxed) == 0 {
+                    if tracked >= resident {
+                        return Ok(());
+                    }
+                    last = format!(
+                        "policy {} tracks {tracked} pages, {resident} resident and not pinned: {}",
+                        pool.policy.name(),
+                        self.describe_cache()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let table = self.regions();
-        self.evict_batch_in(w, policy, max, &**table)
+        Err(last)
     }
 
     fn evict_batch_in(

@@ -306,7 +306,7 @@ impl Shared {
     fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) -> bool {
         // A dirty page takes the write without more to store.
         if was == PageState::Clean && self.may_dirty(region).is_err() {
-            self.refuse_write(region, page, was);
+            self.refuse_write(region, page, was, w.thread);
             return false;
         }
         if let Some(h) = &region.huge

@@ -82,9 +82,15 @@ impl Shared {
         self.trace_step(Step::Filling);
         let ps = region.page_size;
         let addr = region.page_addr(page);
+        let mut write = write;
         if write && region.writable && self.may_dirty(region).is_err() {
-            self.refuse_write(region, page, PageState::Empty);
-            return false;
+            if self.in_thread() || w.thread != 0 {
+                self.refuse_write(region, page, PageState::Empty, w.thread);
+                return false;
+            }
+            // A queued miss, whose thread is not known here: filled as a
+            // read, its write faults again, and is refused to its thread.
+            write = false;
         }
         if !self.reserve(w, ps as u64, true, region) {
             if region.is_closing() || self.reader_must_not_drop() || self.is_shutting_down() {
@@ -231,16 +237,22 @@ impl Shared {
     }
 
     /// A write to `page` (held busy, in state `was`: Empty for a write
-    /// miss, Clean for a first write) that the store cannot take: the
-    /// writing thread gets SIGBUS, as from a kernel file mapping whose
-    /// file system cannot reserve the blocks. In-thread the caller raises
-    /// it (the page is released as it was); with fillers a clean page is
-    /// dropped (nothing is lost: the store holds its bytes) and the page
-    /// poisoned, as for a failed read. Dirty data is never dropped here.
+    /// miss, Clean for a first write) by thread `thread` that the store
+    /// cannot take: the writer gets SIGBUS, as from a kernel file mapping
+    /// whose file system cannot reserve the blocks, and the page is
+    /// released as it was, for readers to go on reading (nothing is
+    /// dropped). In-thread the caller raises it; with fillers it is sent
+    /// to the faulting thread (`si_addr` the page's address, `si_code`
+    /// `SI_QUEUE`: see `sys::signal::sigbus_thread`), which takes it
+    /// before it retries the write. Without the thread's id (a kernel
+    /// without `UFFD_FEATURE_THREAD_ID`) a clean page is dropped (the
+    /// store holds its bytes) and poisoned instead, as for a failed read.
     /// The store's failure was logged when write-back met it.
-    pub(crate) fn refuse_write(&self, region: &Region, page: usize, was: PageState) {
+    pub(crate) fn refuse_write(&self, region: &Region, page: usize, was: PageState, thread: u32) {
         let (addr, ps) = (region.page_addr(page), region.page_size);
-        if self.in_thread() {
+        if self.in_thread()
+            || (thread != 0 && crate::sys::signal::sigbus_thread(thread, addr).is_ok())
+        {
             let _ = region.pages.unlock(page, was);
             self.wake(addr, ps);
             return;
@@ -846,9 +858,12 @@ impl Shared {
 
     /// Serves the fills queued on the region, then gives the slot back.
     fn leave_store(&self, w: &mut Scratch, region: &Arc<Region>) {
+        // The queued misses are other threads' than the event's.
+        let thread = std::mem::replace(&mut w.thread, 0);
         while let Some((page, write)) = region.store_slots.leave_or_next() {
             let _ = self.fill_fault(w, region, page, write);
         }
+        w.thread = thread;
         w.in_store = false;
     }
 }

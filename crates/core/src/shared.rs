@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     removals: crate::remove::Removals,
     /// The epoch of [`now_ms`](Shared::now_ms).
     started: Instant,
+    /// Eviction batches under way: their victims are out of the policy
+    /// until each is evicted or given back.
+    evicting: AtomicU32,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -226,6 +229,7 @@ impl Shared {
             page_waits: PageWaits::default(),
             removals: crate::remove::Removals::default(),
             started: Instant::now(),
+            evicting: AtomicU32::new(0),
         })
     }
 
@@ -234,6 +238,12 @@ impl Shared {
     #[inline]
     pub fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Eviction batches under way, counted by [`evict_batch`](Shared::evict_batch).
+    #[inline]
+    pub fn evicting(&self) -> &AtomicU32 {
+        &self.evicting
     }
 
     /// Counts `pages` of `region` newly dirty (its count and its pool's).
