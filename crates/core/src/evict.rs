@@ -78,11 +78,20 @@ impl Shared {
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
         self.write_back_over_dirty_limit(pool, false);
         self.evict_to_low_water(w, pool, false);
-        self.report_stalls(pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
             self.write_back_over_dirty_limit(h, true);
             self.evict_to_low_water(w, h, true);
+        }
+    }
+
+    /// Logs the waits of both pools that have lasted long (see
+    /// [`report_stalls`](Self::report_stalls)); run by the `umio-watch`
+    /// thread, which waits on nothing else (an evictor may be held by the
+    /// very store that stalls).
+    pub(crate) fn report_all_stalls(&self) {
+        self.report_stalls(self.pool(), false);
+        if let Some(h) = self.huge_pool() {
             self.report_stalls(h, true);
         }
     }
@@ -334,6 +343,13 @@ impl Shared {
         Err(last)
     }
 
+    /// Evicts a batch of `policy`'s victims in two passes. First the
+    /// clean ones, of every region: dropped at once. Then the dirty ones
+    /// of one region, written back and dropped; the dirty victims of the
+    /// other regions go back to the policy. A victim is out of the policy
+    /// while a thread holds it, so a batch must not hold clean pages, or
+    /// other regions' pages, through a write-back that a slow or frozen
+    /// store makes last (every miss would find nothing to evict).
     fn evict_batch_in(
         &self,
         w: &mut Scratch,
@@ -342,6 +358,7 @@ impl Shared {
         table: &dyn RegionLookup,
     ) -> u64 {
         w.victims.clear();
+        w.dirty_victims.clear();
         let huge_pool = self
             .huge_pool()
             .is_some_and(|h| std::ptr::addr_eq(&*h.policy, policy));
@@ -350,87 +367,122 @@ impl Shared {
         w.victims.sort_unstable();
         let mut freed = 0;
         let mut victims = std::mem::take(&mut w.victims);
+        let mut dirty = std::mem::take(&mut w.dirty_victims);
         for group in victims.chunk_by(|a, b| a.region == b.region) {
-            let Some(region) = table.region(group[0].region) else {
-                continue;
-            };
-            let Some(_g) = region.enter() else { continue };
-            w.locked.clear();
-            // A signal handler evicts clean pages only: writing back goes
-            // through the store's batch path (allocations, io_uring rings
-            // shared with other threads), which the evictors take instead.
-            // Nor are dirty pages of a store whose writes fail tried again
-            // by every eviction: once per `WRITE_RETRY` (the write-back
-            // pass retries them too).
-            let failing = region
-                .write_failed_at()
-                .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS);
-            let states: &[PageState] = if w.in_signal || failing {
-                &[PageState::Clean]
+            freed += self.evict_group(w, policy, table, group, false, &mut dirty);
+        }
+        // The dirty victims: one region's written back now, the others'
+        // given back (a later batch takes them).
+        let first = dirty.first().map(|k| k.region);
+        for group in dirty.chunk_by(|a, b| a.region == b.region) {
+            if Some(group[0].region) == first {
+                freed += self.evict_group(w, policy, table, group, true, &mut Vec::new());
             } else {
-                &[PageState::Clean, PageState::Dirty]
-            };
-            for key in group {
-                let p = key.index as usize;
-                let locked = states
-                    .iter()
-                    .copied()
-                    .find(|&s| region.pages.try_lock_evicting(p, s));
-                match locked {
-                    // Pinned after the policy picked it: leave it be (unpin
-                    // hands it back to the policy).
-                    Some(s) if region.pages.is_pinned(p) => {
-                        if region.pages.unlock(p, s) {
-                            self.wake(region.page_addr(p), region.page_size);
-                        }
-                    }
-                    Some(s) => w.locked.push((p, s)),
-                    // Changed state since the policy probed it (a write
-                    // un-protecting it, a flush): if still resident it
-                    // must stay tracked, or its space is lost to eviction.
-                    // Not if another thread is evicting it: that thread
-                    // gives it back if it stays, and a second entry would
-                    // outlive the page.
-                    None => {
-                        if !region.pages.is_pinned(p)
-                            && !region.pages.is_evicting(p)
-                            && !matches!(
-                                region.pages.get(p),
-                                Observed::Stable(PageState::Empty)
-                                    | Observed::Busy(PageState::Empty)
-                            )
-                        {
-                            policy.restore(*key);
-                        }
-                    }
-                }
+                group.iter().for_each(|&k| policy.restore(k));
             }
-            let pooled = match &region.huge {
-                // A signal handler leaves pages of promoted (or promoting)
-                // 2 MiB ranges to the evictors: evicting one takes the
-                // whole range, dirty pages and all, and grows the lists
-                // (neither is allowed in a handler).
-                Some(h) if w.in_signal => {
-                    w.locked.retain(|&(p, s)| {
-                        if h.chunk_of(p).is_none_or(|c| h.is_normal(c)) {
-                            return true;
-                        }
-                        if region.pages.unlock(p, s) {
-                            self.wake(region.page_addr(p), region.page_size);
-                        }
-                        policy.restore(region.key(p));
-                        false
-                    });
-                    Vec::new()
-                }
-                Some(h) => self.widen_to_promoted(w, region, h),
-                None => Vec::new(),
-            };
-            freed += self.evict_locked(w, region, &pooled);
         }
         victims.clear();
         w.victims = victims;
+        dirty.clear();
+        w.dirty_victims = dirty;
         freed
+    }
+
+    /// Evicts the victims of one region (`group`, sorted): the clean ones;
+    /// the dirty ones too if `dirty`, else they are added to `later`
+    /// (still out of the policy). Returns the bytes freed.
+    fn evict_group(
+        &self,
+        w: &mut Scratch,
+        policy: &dyn EvictionPolicy,
+        table: &dyn RegionLookup,
+        group: &[umio_cache::PageKey],
+        dirty: bool,
+        later: &mut Vec<umio_cache::PageKey>,
+    ) -> u64 {
+        let Some(region) = table.region(group[0].region) else {
+            return 0;
+        };
+        let Some(_g) = region.enter() else { return 0 };
+        w.locked.clear();
+        // A signal handler evicts clean pages only: writing back goes
+        // through the store's batch path (allocations, io_uring rings
+        // shared with other threads), which the evictors take instead.
+        // Nor are dirty pages of a store whose writes fail tried again
+        // by every eviction: once per `WRITE_RETRY_MS` (the write-back
+        // pass retries them too).
+        let failing = region
+            .write_failed_at()
+            .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS);
+        let may_write = !w.in_signal && !failing;
+        let states: &[PageState] = if dirty {
+            &[PageState::Dirty, PageState::Clean]
+        } else {
+            &[PageState::Clean]
+        };
+        for key in group {
+            let p = key.index as usize;
+            let locked = states
+                .iter()
+                .copied()
+                .find(|&s| region.pages.try_lock_evicting(p, s));
+            match locked {
+                // Pinned after the policy picked it: leave it be (unpin
+                // hands it back to the policy).
+                Some(s) if region.pages.is_pinned(p) => {
+                    if region.pages.unlock(p, s) {
+                        self.wake(region.page_addr(p), region.page_size);
+                    }
+                }
+                Some(s) => w.locked.push((p, s)),
+                // Dirty, for the second pass.
+                None if !dirty
+                    && may_write
+                    && region.pages.get(p) == Observed::Stable(PageState::Dirty) =>
+                {
+                    later.push(*key);
+                }
+                // Changed state since the policy probed it (a write
+                // un-protecting it, a flush): if still resident it
+                // must stay tracked, or its space is lost to eviction.
+                // Not if another thread is evicting it: that thread
+                // gives it back if it stays, and a second entry would
+                // outlive the page.
+                None => {
+                    if !region.pages.is_pinned(p)
+                        && !region.pages.is_evicting(p)
+                        && !matches!(
+                            region.pages.get(p),
+                            Observed::Stable(PageState::Empty) | Observed::Busy(PageState::Empty)
+                        )
+                    {
+                        policy.restore(*key);
+                    }
+                }
+            }
+        }
+        let pooled = match &region.huge {
+            // A signal handler leaves pages of promoted (or promoting)
+            // 2 MiB ranges to the evictors: evicting one takes the
+            // whole range, dirty pages and all, and grows the lists
+            // (neither is allowed in a handler).
+            Some(h) if w.in_signal => {
+                w.locked.retain(|&(p, s)| {
+                    if h.chunk_of(p).is_none_or(|c| h.is_normal(c)) {
+                        return true;
+                    }
+                    if region.pages.unlock(p, s) {
+                        self.wake(region.page_addr(p), region.page_size);
+                    }
+                    policy.restore(region.key(p));
+                    false
+                });
+                Vec::new()
+            }
+            Some(h) => self.widen_to_promoted(w, region, h),
+            None => Vec::new(),
+        };
+        self.evict_locked(w, region, &pooled)
     }
 
     /// A victim in a promoted 2 MiB range takes the whole range with it:
