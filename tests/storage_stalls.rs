@@ -29,7 +29,7 @@ const PAGE: usize = 4096;
 /// How long a stall lasts.
 const STALL: Duration = Duration::from_secs(60);
 /// The deadline of a child: a hang, not slowness, is what it catches.
-const CHILD_DEADLINE: Duration = Duration::from_secs(600);
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 131 % 251) as u8).collect()
@@ -40,53 +40,66 @@ fn service(name: &str) -> FaultService {
 }
 
 /// Runs the scenario `name` (a function of this file, below) in a child
-/// process of this test binary, for each fault service at once, and
-/// asserts that each exited 0. Returns the children's output.
-fn in_children(scenario: &str) -> Vec<String> {
+/// process of this test binary, for each fault service at once (with
+/// `env(service)` added to its environment), and asserts that each exited
+/// 0. `tick` is called with the time since they started while it waits.
+/// Returns the children's output.
+fn in_children(
+    scenario: &str,
+    env: &dyn Fn(&str) -> Vec<(String, String)>,
+    tick: &dyn Fn(Duration),
+) -> Vec<String> {
     use std::os::unix::process::ExitStatusExt;
+    let started = Instant::now();
     let children: Vec<_> = ["fillers", "in-thread"]
         .into_iter()
         .map(|svc| {
+            // Output to a file: a pipe nobody reads while the child runs
+            // could fill and stop it.
+            let out = tempfile::tempfile().unwrap();
             let child = Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", "child", "--nocapture", "--test-threads=1"])
                 .env("UMIO_STORAGE_CHILD", scenario)
                 .env("UMIO_STORAGE_SERVICE", svc)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
+                .envs(env(svc))
+                .stdout(out.try_clone().unwrap())
+                .stderr(out.try_clone().unwrap())
                 .spawn()
                 .unwrap();
-            (svc, child)
+            (svc, child, out)
         })
         .collect();
-    let deadline = Instant::now() + CHILD_DEADLINE;
+    let deadline = started + CHILD_DEADLINE;
     let mut outputs = Vec::new();
-    for (svc, mut child) in children {
+    let mut failures = Vec::new();
+    for (svc, mut child, mut out) in children {
         let status = loop {
             if let Some(st) = child.try_wait().unwrap() {
                 break Some(st);
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
+                let _ = child.wait();
                 break None;
             }
+            tick(started.elapsed());
             std::thread::sleep(Duration::from_millis(50));
         };
-        let out = child.wait_with_output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        use std::io::{Read, Seek};
+        let mut text = String::new();
+        out.rewind().unwrap();
+        out.read_to_string(&mut text).unwrap();
         eprintln!("--- {scenario}, {svc}:\n{text}");
-        let st = status
-            .unwrap_or_else(|| panic!("{scenario} ({svc}) still running after {CHILD_DEADLINE:?}"));
-        assert!(
-            st.success(),
-            "{scenario} ({svc}): {st:?} (signal {:?})",
-            st.signal()
-        );
+        match status {
+            None => failures.push(format!("{svc}: still running after {CHILD_DEADLINE:?}")),
+            Some(st) if !st.success() => {
+                failures.push(format!("{svc}: {st:?} (signal {:?})", st.signal()))
+            }
+            Some(_) => {}
+        }
         outputs.push(text);
     }
+    assert!(failures.is_empty(), "{scenario}: {failures:?}");
     outputs
 }
 
@@ -436,10 +449,9 @@ fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// A loop-mounted ext4 file system, unmounted and removed on drop.
+/// A loop-mounted ext4 file system, thawed and unmounted on drop.
 struct LoopExt4 {
     dir: tempfile::TempDir,
-    mounted: bool,
 }
 
 impl LoopExt4 {
@@ -460,37 +472,35 @@ impl LoopExt4 {
             "mount",
             &["-o", "loop", image.to_str().unwrap(), mnt.to_str().unwrap()],
         )?;
-        Ok(LoopExt4 { dir, mounted: true })
+        Ok(LoopExt4 { dir })
     }
 
     fn mnt(&self) -> std::path::PathBuf {
         self.dir.path().join("mnt")
     }
+
+    /// Thaws it if it is frozen.
+    fn thaw(&self) {
+        let _ = run("fsfreeze", &["-u", self.mnt().to_str().unwrap()]);
+    }
 }
 
 impl Drop for LoopExt4 {
     fn drop(&mut self) {
-        let mnt = self.mnt();
-        let _ = run("fsfreeze", &["-u", mnt.to_str().unwrap()]);
-        if self.mounted {
-            let _ = run("umount", &[mnt.to_str().unwrap()]);
-        }
+        self.thaw();
+        // Lazily: a child's descriptors may still hold it while it ends.
+        let _ = run("umount", &["-l", self.mnt().to_str().unwrap()]);
     }
 }
 
-/// A frozen ext4 file system (`fsfreeze`) for 60 s, with the cache full of
-/// dirty pages of a file on it.
+/// A frozen ext4 file system (`fsfreeze`), mounted by the parent at
+/// `UMIO_STORAGE_MNT`, for 60 s, with the cache full of dirty pages of a
+/// file on it.
 fn frozen_ext4(svc: FaultService) {
-    let fs = match LoopExt4::make() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!("SKIPPED: cannot make a loop-mounted ext4 here: {why}");
-            return;
-        }
-    };
+    let mnt = std::path::PathBuf::from(std::env::var_os("UMIO_STORAGE_MNT").unwrap());
     const PAGES: usize = 256;
     let data = pattern(PAGES * PAGE);
-    let path = fs.mnt().join("data");
+    let path = mnt.join("data");
     std::fs::write(&path, &data).unwrap();
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -512,7 +522,6 @@ fn frozen_ext4(svc: FaultService) {
                 .prefetch(PrefetchKind::None),
         )
         .unwrap();
-    let mnt = fs.mnt();
     let frozen = mnt.clone();
     stall_scenario(
         &rt,
@@ -528,7 +537,6 @@ fn frozen_ext4(svc: FaultService) {
         || std::fs::read(&path).unwrap(),
     );
     std::mem::forget(map);
-    drop(file);
     println!("ext4 on a loop device frozen for {STALL:?}: passed");
 }
 
@@ -537,7 +545,7 @@ fn a_store_whose_writes_fail_fails_the_writer_and_never_the_reader() {
     if std::env::var_os("UMIO_STORAGE_CHILD").is_some() {
         return;
     }
-    for out in in_children("enospc") {
+    for out in in_children("enospc", &|_| Vec::new(), &|_| ()) {
         assert!(out.contains("then SIGBUS at page"), "{out}");
     }
 }
@@ -547,7 +555,7 @@ fn a_store_stalled_for_a_minute_is_waited_for() {
     if std::env::var_os("UMIO_STORAGE_CHILD").is_some() {
         return;
     }
-    for out in in_children("gate") {
+    for out in in_children("gate", &|_| Vec::new(), &|_| ()) {
         assert!(out.contains("after the stall began"), "{out}");
     }
 }
@@ -557,11 +565,31 @@ fn a_frozen_file_system_is_waited_for() {
     if std::env::var_os("UMIO_STORAGE_CHILD").is_some() {
         return;
     }
-    for out in in_children("fsfreeze") {
-        if out.contains("SKIPPED") {
-            eprintln!("SKIPPED: no loop-mounted ext4 could be made (see above)");
-            continue;
+    // One file system per child, made here: whatever becomes of a child,
+    // its file system is thawed (a process that dies with threads blocked
+    // on a frozen file system cannot end until it is thawed).
+    let fs = match (LoopExt4::make(), LoopExt4::make()) {
+        (Ok(a), Ok(b)) => [a, b],
+        (Err(why), _) | (_, Err(why)) => {
+            eprintln!("SKIPPED: cannot make a loop-mounted ext4 here: {why}");
+            return;
         }
+    };
+    let mnt = |svc: &str| {
+        let i = usize::from(svc != "fillers");
+        vec![(
+            "UMIO_STORAGE_MNT".to_string(),
+            fs[i].mnt().to_str().unwrap().to_string(),
+        )]
+    };
+    // Should a child not thaw its file system (it died), it is thawed
+    // here once the stall is well over, so that the child can end.
+    let thaw = |t: Duration| {
+        if t > STALL + Duration::from_secs(60) {
+            fs.iter().for_each(LoopExt4::thaw);
+        }
+    };
+    for out in in_children("fsfreeze", &mnt, &thaw) {
         assert!(out.contains("frozen for"), "{out}");
     }
 }
