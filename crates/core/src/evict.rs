@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
+use crate::fill::STALL_LOGGED_AFTER;
 use crate::huge::HugeState;
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
 use crate::scratch::Scratch;
-use crate::fill::STALL_LOGGED_AFTER;
 use crate::shared::{Pool, Shared};
 use crate::sys::mm;
 
@@ -132,8 +132,7 @@ impl Shared {
                 return;
             }
         }
-        pool.writeback_stuck
-            .store(held_back && !written, Relaxed);
+        pool.writeback_stuck.store(held_back && !written, Relaxed);
     }
 
     /// Logs, once per wait, a wait for cache space or for dirty pages to

@@ -207,7 +207,8 @@ pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
     info.si_code = libc::SI_QUEUE;
     // The union of a siginfo follows its three ints, aligned to a
     // pointer; a fault's address is its first field.
-    let union_at = (3 * std::mem::size_of::<libc::c_int>()).next_multiple_of(std::mem::align_of::<usize>());
+    let union_at =
+        (3 * std::mem::size_of::<libc::c_int>()).next_multiple_of(std::mem::align_of::<usize>());
     // SAFETY: within the siginfo (128 bytes), aligned for a pointer.
     unsafe {
         (&mut info as *mut libc::siginfo_t)
