@@ -22,6 +22,10 @@ use crate::sys::mm;
 /// Most victims taken per batch (Aquila evicts 512 at a time).
 const MAX_BATCH: usize = 512;
 
+/// Most bytes of a region the write-back for waiting writers writes at
+/// once, before it looks whether the pool is under its dirty limit.
+const WRITE_BACK_CHUNK: usize = 4 << 20;
+
 /// How long dirty pages of a store whose last write failed are left alone
 /// by eviction and write-back before they are tried again, in ms.
 const WRITE_RETRY_MS: u64 = 1000;
@@ -121,15 +125,27 @@ impl Shared {
                 continue;
             }
             let Some(_g) = region.enter() else { continue };
-            let before = region.dirty.load(Relaxed);
-            let _ = self.write_dirty(region, 0..region.pages.len());
-            if region.dirty.load(Relaxed) < before {
-                written = true;
-            } else {
-                held_back = true;
+            // In pieces, until the pool is well under the limit (the
+            // writers wait no longer than that takes).
+            let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
+            let pages = region.pages.len();
+            let mut at = 0;
+            while at < pages && pool.dirty.load(Relaxed) > pool.dirty_limit() / 2 {
+                let before = region.dirty.load(Relaxed);
+                let _ = self.write_dirty(region, at..(at + chunk).min(pages));
+                if region.dirty.load(Relaxed) < before {
+                    written = true;
+                } else if region.write_failure().is_some() {
+                    held_back = true;
+                    break;
+                }
+                if self.is_shutting_down() {
+                    return;
+                }
+                at += chunk;
             }
-            if self.is_shutting_down() {
-                return;
+            if pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2 {
+                break;
             }
         }
         pool.writeback_stuck.store(held_back && !written, Relaxed);
