@@ -22,8 +22,8 @@ use crate::sys::mm;
 /// Most victims taken per batch (Aquila evicts 512 at a time).
 const MAX_BATCH: usize = 512;
 
-/// Most bytes of a region the write-back for waiting writers writes at
-/// once, before it looks whether the pool is under its dirty limit.
+/// Most bytes of a region the eviction for waiting writers writes back
+/// at once, before it looks whether the pool is under its dirty limit.
 const WRITE_BACK_CHUNK: usize = 4 << 20;
 
 /// How long dirty pages of a store whose last write failed are left alone
@@ -80,11 +80,11 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
-        self.write_back_over_dirty_limit(pool, false);
+        self.write_back_over_dirty_limit(w, pool, false);
         self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            self.write_back_over_dirty_limit(h, true);
+            self.write_back_over_dirty_limit(w, h, true);
             self.evict_to_low_water(w, h, true);
         }
     }
@@ -101,18 +101,25 @@ impl Shared {
     }
 
     /// Once a writer waits for a pool's dirty limit (`Shared::may_dirty`):
-    /// writes the dirty pages of its regions back, leaving them resident
-    /// and clean. Pages
-    /// of a store whose writes failed within [`WRITE_RETRY_MS`] are left
-    /// for later; if they were all there was, writers of other stores
-    /// stop waiting for them (`Pool::writeback_stuck`).
-    pub(crate) fn write_back_over_dirty_limit(&self, pool: &Pool, huge_pool: bool) {
+    /// evicts dirty pages of its regions (written back, then dropped, as
+    /// eviction does with dirty victims), in address order, in pieces,
+    /// until the pool is at half its limit. Pages of a store whose writes
+    /// failed within [`WRITE_RETRY_MS`] are left for later; if they were
+    /// all there was, writers of other stores stop waiting for them
+    /// (`Pool::writeback_stuck`).
+    pub(crate) fn write_back_over_dirty_limit(
+        &self,
+        w: &mut Scratch,
+        pool: &Pool,
+        huge_pool: bool,
+    ) {
         if !pool.dirty_wanted.swap(false, Relaxed) {
             return;
         }
         let table = self.regions();
         let mut written = false;
         let mut held_back = false;
+        let under = || pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2;
         for region in table.all() {
             if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
                 continue;
@@ -125,26 +132,40 @@ impl Shared {
                 continue;
             }
             let Some(_g) = region.enter() else { continue };
-            // In pieces, until the pool is well under the limit (the
-            // writers wait no longer than that takes).
             let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
-            let pages = region.pages.len();
-            let mut at = 0;
-            while at < pages && pool.dirty.load(Relaxed) > pool.dirty_limit() / 2 {
-                let before = region.dirty.load(Relaxed);
-                let _ = self.write_dirty(region, at..(at + chunk).min(pages));
-                if region.dirty.load(Relaxed) < before {
+            let mut p = 0;
+            while p < region.pages.len() && !under() && !self.is_shutting_down() {
+                w.locked.clear();
+                while p < region.pages.len() && w.locked.len() < chunk {
+                    // Pages of promoted ranges go with their range, by
+                    // eviction proper (`widen_to_promoted`).
+                    let plain = region
+                        .huge
+                        .as_ref()
+                        .is_none_or(|h| h.chunk_of(p).is_none_or(|c| h.is_normal(c)));
+                    if plain && region.pages.try_lock_evicting(p, PageState::Dirty) {
+                        if region.pages.is_pinned(p) {
+                            if region.pages.unlock(p, PageState::Dirty) {
+                                self.wake(region.page_addr(p), region.page_size);
+                            }
+                        } else {
+                            w.locked.push((p, PageState::Dirty));
+                        }
+                    }
+                    p += 1;
+                }
+                if w.locked.is_empty() {
+                    continue;
+                }
+                // Their policy entries go stale (the policy drops them).
+                if self.evict_locked(w, region, &[]) > 0 {
                     written = true;
                 } else if region.write_failure().is_some() {
                     held_back = true;
                     break;
                 }
-                if self.is_shutting_down() {
-                    return;
-                }
-                at += chunk;
             }
-            if pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2 {
+            if under() {
                 break;
             }
         }
@@ -251,7 +272,7 @@ impl Shared {
         while budget.used() > target() && !self.is_shutting_down() {
             // A writer waiting for the dirty limit is not kept waiting for
             // a long round of eviction under readers' misses.
-            self.write_back_over_dirty_limit(pool, huge_pool);
+            self.write_back_over_dirty_limit(w, pool, huge_pool);
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
@@ -424,8 +445,8 @@ impl Shared {
         // through the store's batch path (allocations, io_uring rings
         // shared with other threads), which the evictors take instead.
         // Nor are dirty pages of a store whose writes fail tried again
-        // by every eviction: once per `WRITE_RETRY_MS` (the write-back
-        // pass retries them too).
+        // by every eviction: once per `WRITE_RETRY_MS` (the eviction for
+        // the dirty limit retries them too).
         let failing = region
             .write_failed_at()
             .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS);

@@ -305,7 +305,7 @@ impl Shared {
     /// gets SIGBUS ([`refuse_write`](Shared::refuse_write)).
     fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) -> bool {
         // A dirty page takes the write without more to store.
-        if was == PageState::Clean && self.may_dirty(region).is_err() {
+        if was == PageState::Clean && self.may_dirty(w, region).is_err() {
             self.refuse_write(region, page, was, w.thread);
             return false;
         }

@@ -83,7 +83,7 @@ impl Shared {
         let ps = region.page_size;
         let addr = region.page_addr(page);
         let mut write = write;
-        if write && region.writable && self.may_dirty(region).is_err() {
+        if write && region.writable && self.may_dirty(w, region).is_err() {
             if self.in_thread() || w.thread != 0 {
                 self.refuse_write(region, page, PageState::Empty, w.thread);
                 return false;
@@ -196,12 +196,12 @@ impl Shared {
     /// region's store fails its writes (the write fails, as a write fault
     /// on a file whose file system cannot store it does: `Err` with the
     /// store's errno), and not past the dirty limit (half the pool:
-    /// waits, however long, while the evictors write dirty pages back).
+    /// waits, however long, while the evictors evict dirty pages).
     /// A region whose last write-back failed but has no dirty page left
     /// (dropped by `DontNeed`) is let through: only a write tells whether
     /// the store works again. Signal-safe: atomics, `clock_gettime` and
     /// `nanosleep`.
-    pub(crate) fn may_dirty(&self, region: &Region) -> Result<(), i32> {
+    pub(crate) fn may_dirty(&self, w: &mut Scratch, region: &Region) -> Result<(), i32> {
         let pool = self.pool_of(region);
         let bytes = region.page_size as u64;
         let mut waiting: Option<Waiting<'_>> = None;
@@ -225,7 +225,7 @@ impl Shared {
             pool.dirty_wanted.store(true, Relaxed);
             if self.cfg().evictors == 0 && !self.in_thread() {
                 // No evictor to do it: a filler writes back itself.
-                self.write_back_over_dirty_limit(pool, region.huge_pool);
+                self.write_back_over_dirty_limit(w, pool, region.huge_pool);
             }
             self.kick_evictors();
             if waiting.is_none() {

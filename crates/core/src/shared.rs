@@ -99,10 +99,10 @@ pub(crate) struct Pool {
     /// stays clean, so readers always find pages to evict, even when the
     /// dirty ones cannot be written back.
     pub dirty: AtomicU64,
-    /// A writer waits for the dirty bytes to fall: the evictors write
-    /// dirty pages back (without evicting them) until they have.
+    /// A writer waits for the dirty bytes to fall: the evictors evict
+    /// dirty pages (written back, then dropped) until they have.
     pub dirty_wanted: AtomicBool,
-    /// The last write-back pass over the pool wrote nothing: every dirty
+    /// The last eviction for waiting writers wrote nothing: every dirty
     /// page belongs to a store whose writes fail. Writers of other stores
     /// then pass the dirty limit rather than wait for those.
     pub writeback_stuck: AtomicBool,
