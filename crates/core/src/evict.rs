@@ -80,11 +80,11 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
-        self.write_back_over_dirty_limit(w, pool, false);
+        self.write_back_over_dirty_limit(w, pool, false, false);
         self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            self.write_back_over_dirty_limit(w, h, true);
+            self.write_back_over_dirty_limit(w, h, true, false);
             self.evict_to_low_water(w, h, true);
         }
     }
@@ -100,25 +100,27 @@ impl Shared {
         }
     }
 
-    /// Once a writer waits for a pool's dirty limit (`Shared::may_dirty`):
+    /// Once a pool's dirty pages pass half its dirty limit, or a writer
+    /// waits for the limit (`Shared::may_dirty`):
     /// evicts dirty pages of its regions (written back, then dropped, as
     /// eviction does with dirty victims), in address order, in pieces,
     /// until the pool is at half its limit. Pages of a store whose writes
-    /// failed within [`WRITE_RETRY_MS`] are left for later; if they were
-    /// all there was, writers of other stores stop waiting for them
-    /// (`Pool::writeback_stuck`).
+    /// failed within [`WRITE_RETRY_MS`] are left for later; if nothing
+    /// could be written, writers stop waiting for the limit until a pass
+    /// writes again (`Pool::writeback_stuck`). With `once`, stops after one piece (a
+    /// filler's share).
     pub(crate) fn write_back_over_dirty_limit(
         &self,
         w: &mut Scratch,
         pool: &Pool,
         huge_pool: bool,
+        once: bool,
     ) {
         if !pool.dirty_wanted.swap(false, Relaxed) {
             return;
         }
         let table = self.regions();
         let mut written = false;
-        let mut held_back = false;
         let under = || pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2;
         for region in table.all() {
             if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
@@ -128,7 +130,6 @@ impl Shared {
                 .write_failed_at()
                 .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS)
             {
-                held_back = true;
                 continue;
             }
             let Some(_g) = region.enter() else { continue };
@@ -137,13 +138,7 @@ impl Shared {
             while p < region.pages.len() && !under() && !self.is_shutting_down() {
                 w.locked.clear();
                 while p < region.pages.len() && w.locked.len() < chunk {
-                    // Pages of promoted ranges go with their range, by
-                    // eviction proper (`widen_to_promoted`).
-                    let plain = region
-                        .huge
-                        .as_ref()
-                        .is_none_or(|h| h.chunk_of(p).is_none_or(|c| h.is_normal(c)));
-                    if plain && region.pages.try_lock_evicting(p, PageState::Dirty) {
+                    if region.pages.try_lock_evicting(p, PageState::Dirty) {
                         if region.pages.is_pinned(p) {
                             if region.pages.unlock(p, PageState::Dirty) {
                                 self.wake(region.page_addr(p), region.page_size);
@@ -157,19 +152,28 @@ impl Shared {
                 if w.locked.is_empty() {
                     continue;
                 }
+                // Pages of promoted ranges take their range with them.
+                let pooled = match &region.huge {
+                    Some(h) => self.widen_to_promoted(w, region, h),
+                    None => Vec::new(),
+                };
                 // Their policy entries go stale (the policy drops them).
-                if self.evict_locked(w, region, &[]) > 0 {
+                if self.evict_locked(w, region, &pooled) > 0 {
                     written = true;
                 } else if region.write_failure().is_some() {
-                    held_back = true;
                     break;
+                }
+                if once {
+                    return;
                 }
             }
             if under() {
                 break;
             }
         }
-        pool.writeback_stuck.store(held_back && !written, Relaxed);
+        // Nothing written (the dirty pages' store fails, or they are
+        // pinned or busy): writers stop waiting for this pass.
+        pool.writeback_stuck.store(!written, Relaxed);
     }
 
     /// Logs, once per wait, a wait for cache space or for dirty pages to
@@ -272,7 +276,7 @@ impl Shared {
         while budget.used() > target() && !self.is_shutting_down() {
             // A writer waiting for the dirty limit is not kept waiting for
             // a long round of eviction under readers' misses.
-            self.write_back_over_dirty_limit(w, pool, huge_pool);
+            self.write_back_over_dirty_limit(w, pool, huge_pool, false);
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();

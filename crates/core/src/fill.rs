@@ -195,8 +195,9 @@ impl Shared {
     /// Whether a page of `region` may become dirty now: not while the
     /// region's store fails its writes (the write fails, as a write fault
     /// on a file whose file system cannot store it does: `Err` with the
-    /// store's errno), and not past the dirty limit (half the pool:
-    /// waits, however long, while the evictors evict dirty pages).
+    /// store's errno), and not past the dirty limit (half the pool): a
+    /// filler evicts some dirty pages itself and goes on; in-thread, the
+    /// writer waits, however long, while the evictors evict them.
     /// A region whose last write-back failed but has no dirty page left
     /// (dropped by `DontNeed`) is let through: only a write tells whether
     /// the store works again. Signal-safe: atomics, `clock_gettime` and
@@ -206,28 +207,42 @@ impl Shared {
         let bytes = region.page_size as u64;
         let mut waiting: Option<Waiting<'_>> = None;
         let mut nap = NAP_MIN;
+        let failed = || {
+            region
+                .write_failure()
+                .filter(|_| region.dirty.load(Relaxed) > 0)
+        };
         loop {
-            if let Some(e) = region.write_failure()
-                && region.dirty.load(Relaxed) > 0
-            {
+            if let Some(e) = failed() {
                 return Err(e);
             }
-            if pool.dirty.load(Relaxed) + bytes <= pool.dirty_limit()
+            let dirty = pool.dirty.load(Relaxed) + bytes;
+            if dirty > pool.dirty_limit() / 2 {
+                // Past the background mark: the evictors start on the
+                // dirty pages, so that writers seldom meet the limit.
+                pool.dirty_wanted.store(true, Relaxed);
+                self.kick_evictors();
+            }
+            if dirty <= pool.dirty_limit()
                 || pool.writeback_stuck.load(Relaxed)
                 || region.is_closing()
                 || self.is_shutting_down()
             {
                 return Ok(());
             }
-            // Over the limit: the evictors write dirty pages back (a store
-            // that fails its writes sets `writeback_stuck`, or this
-            // region's failure, and the wait ends).
-            pool.dirty_wanted.store(true, Relaxed);
-            if self.cfg().evictors == 0 && !self.in_thread() {
-                // No evictor to do it: a filler writes back itself.
-                self.write_back_over_dirty_limit(w, pool, region.huge_pool);
+            if !self.in_thread() {
+                // A filler evicts a piece of the dirty pages itself, as
+                // direct reclaim does, and goes on: waiting here would
+                // keep it from every other fault, readers' too.
+                pool.dirty_wanted.store(true, Relaxed);
+                self.write_back_over_dirty_limit(w, pool, region.huge_pool, true);
+                return failed().map_or(Ok(()), Err);
             }
-            self.kick_evictors();
+            // In-thread, the writer's own thread waits (the kernel's
+            // writers wait so, in `balance_dirty_pages`) while the
+            // evictors evict dirty pages (a store that fails its writes
+            // sets this region's failure, or `writeback_stuck`, and the
+            // wait ends).
             if waiting.is_none() {
                 waiting = Some(pool.dirty_waits.enter(self.now_ms()));
             }

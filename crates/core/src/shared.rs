@@ -102,9 +102,10 @@ pub(crate) struct Pool {
     /// A writer waits for the dirty bytes to fall: the evictors evict
     /// dirty pages (written back, then dropped) until they have.
     pub dirty_wanted: AtomicBool,
-    /// The last eviction for waiting writers wrote nothing: every dirty
-    /// page belongs to a store whose writes fail. Writers of other stores
-    /// then pass the dirty limit rather than wait for those.
+    /// The last eviction for the dirty limit wrote nothing (the dirty
+    /// pages' stores fail their writes, or they are pinned or busy):
+    /// writers then pass the limit rather than wait for them (a writer of
+    /// a failing store is refused first).
     pub writeback_stuck: AtomicBool,
     /// Faults waiting for cache space.
     pub space_waits: Waits,
