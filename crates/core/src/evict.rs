@@ -185,9 +185,9 @@ impl Shared {
         let refused = pool.refused.swap(0, Relaxed);
         if refused > 0 {
             log::error!(
-                "umio: a fault needs {refused} bytes of {name} space, more than it can ever \
-                 have beside its pinned pages ({} bytes pinned, bound {}): the faulting \
-                 thread gets SIGBUS",
+                "umio: a fill needs {refused} bytes of {name} space, more than it can ever \
+                 have beside its pinned pages ({} bytes pinned, bound {}): it fails (a \
+                 faulting thread gets SIGBUS)",
                 self.pinned_bytes(),
                 pool.budget.limit()
             );

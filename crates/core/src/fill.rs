@@ -104,7 +104,7 @@ impl Shared {
                 return true;
             }
             // The page can never fit beside the pinned pages (`reserve`;
-            // an evictor logs why: a signal handler may not).
+            // `umio-watch` logs why: a signal handler may not).
             self.fail_fill(region, page..page + 1);
             return false;
         }
@@ -489,11 +489,12 @@ impl Shared {
     /// and waits for space as long as it may come: while pages are being
     /// written back, read, or freed by other threads, however slow the
     /// store (a wait of more than [`STALL_LOGGED_AFTER`] is logged once by
-    /// an evictor, with what holds the cache). Without it, fails at once.
+    /// the `umio-watch` thread, with what holds the cache). Without it,
+    /// fails at once.
     ///
     /// Fails only when the space can never come: the reservation is
     /// larger than what the pool can hold besides its pinned pages (noted
-    /// in `Pool::refused` for the evictors to log). Gives up at once when
+    /// in `Pool::refused` for `umio-watch` to log). Gives up at once when
     /// `region` starts being unmapped, so that unmap never waits for a
     /// fill that waits for space.
     pub(crate) fn reserve(

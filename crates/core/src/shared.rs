@@ -112,7 +112,7 @@ pub(crate) struct Pool {
     /// Writers waiting for dirty pages to be written back.
     pub dirty_waits: Waits,
     /// A reservation that can never succeed was refused (its size), for
-    /// the evictors to log (the in-thread service may not).
+    /// `umio-watch` to log (the in-thread service may not).
     pub refused: AtomicU64,
 }
 
@@ -140,8 +140,8 @@ impl Pool {
 
 /// Threads waiting for something the evictors provide (cache space, dirty
 /// pages written back), so that a long wait is logged once, with its
-/// reason, by an evictor: the waiters may be signal handlers, which may
-/// not log. Atomics only.
+/// reason, by the `umio-watch` thread: the waiters may be signal handlers,
+/// which may not log. Atomics only.
 #[derive(Default)]
 pub(crate) struct Waits {
     count: AtomicU32,
