@@ -608,10 +608,15 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
         }
         .unwrap(),
     );
-    // A's pages fill the cache, dirty: a handler's own reclaim takes clean
-    // pages only.
+    // A's pages fill the cache: dirty as far as the dirty limit lets them
+    // (half the cache), clean for the rest. A handler's own reclaim takes
+    // clean pages only, and none of A's once A closes.
     for p in 0..PAGES {
-        a.as_mut_slice()[p * 4096] = 3;
+        if p < PAGES / 2 {
+            a.as_mut_slice()[p * 4096] = 3;
+        } else {
+            assert_eq!(a.as_slice()[p * 4096], 1);
+        }
     }
     assert_eq!(rt.stats().resident_bytes, (PAGES * 4096) as u64);
     // The unmap of A starts: A is closed to new work (its pages can no

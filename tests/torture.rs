@@ -148,6 +148,9 @@ fn torture(policy: PolicyKind, ops: usize) {
         flusher.join().unwrap();
         models
     });
+    // After every phase: every resident page is one the eviction policy
+    // can take (a page it lost track of would stay resident for good).
+    s.rt.check_policy().expect("after the workers");
     // Merge: each thread's words from its own model.
     let mut merged = model;
     for (t, m) in models.iter().enumerate() {
@@ -166,6 +169,7 @@ fn torture(policy: PolicyKind, ops: usize) {
     // Pages nobody uses any more must leave the cache under pressure: a
     // resident page the eviction policy lost track of would stay for good.
     s.maps.iter().for_each(|m| m.flush().unwrap());
+    s.rt.check_policy().expect("after the flush");
     let other: Arc<dyn umio::Store> =
         Arc::new(umio::backends::MemoryStore::new(vec![7u8; 4 << 20]));
     let scan =
@@ -177,6 +181,7 @@ fn torture(policy: PolicyKind, ops: usize) {
             assert_eq!(std::hint::black_box(scan.as_slice()[i]), 7);
         }
     }
+    s.rt.check_policy().expect("after the scans");
     let stuck: usize = s.maps.iter().map(|m| m.resident_pages()).sum();
     assert_eq!(
         stuck, 0,

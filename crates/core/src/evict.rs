@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
+use crate::fill::STALL_LOGGED_AFTER;
 use crate::huge::HugeState;
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
@@ -20,6 +21,14 @@ use crate::sys::mm;
 
 /// Most victims taken per batch (Aquila evicts 512 at a time).
 const MAX_BATCH: usize = 512;
+
+/// Most bytes of a region the eviction for waiting writers writes back
+/// at once, before it looks whether the pool is under its dirty limit.
+const WRITE_BACK_CHUNK: usize = 4 << 20;
+
+/// How long dirty pages of a store whose last write failed are left alone
+/// by eviction and write-back before they are tried again, in ms.
+const WRITE_RETRY_MS: u64 = 1000;
 
 /// Answers a pool's policy about its pages. A page that belongs to the
 /// other pool (a range promoted into the huge-page pool, or demoted out of
@@ -71,11 +80,173 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
+        self.write_back_over_dirty_limit(w, pool, false, false);
         self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
+            self.write_back_over_dirty_limit(w, h, true, false);
             self.evict_to_low_water(w, h, true);
         }
+    }
+
+    /// Logs the waits of both pools that have lasted long (see
+    /// [`report_stalls`](Self::report_stalls)); run by the `umio-watch`
+    /// thread, which waits on nothing else (an evictor may be held by the
+    /// very store that stalls).
+    pub(crate) fn report_all_stalls(&self) {
+        self.report_stalls(self.pool(), false);
+        if let Some(h) = self.huge_pool() {
+            self.report_stalls(h, true);
+        }
+    }
+
+    /// Once a pool's dirty pages pass half its dirty limit, or a writer
+    /// waits for the limit (`Shared::may_dirty`):
+    /// evicts dirty pages of its regions (written back, then dropped, as
+    /// eviction does with dirty victims), in address order, in pieces,
+    /// until the pool is at half its limit. Pages of a store whose writes
+    /// failed within [`WRITE_RETRY_MS`] are left for later; if nothing
+    /// could be written, writers stop waiting for the limit until a pass
+    /// writes again (`Pool::writeback_stuck`). With `once`, stops after one piece (a
+    /// filler's share).
+    pub(crate) fn write_back_over_dirty_limit(
+        &self,
+        w: &mut Scratch,
+        pool: &Pool,
+        huge_pool: bool,
+        once: bool,
+    ) {
+        if !pool.dirty_wanted.swap(false, Relaxed) {
+            return;
+        }
+        let table = self.regions();
+        let mut written = false;
+        let under = || pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2;
+        for region in table.all() {
+            if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
+                continue;
+            }
+            if region
+                .write_failed_at()
+                .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS)
+            {
+                continue;
+            }
+            let Some(_g) = region.enter() else { continue };
+            let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
+            let mut p = 0;
+            while p < region.pages.len() && !under() && !self.is_shutting_down() {
+                w.locked.clear();
+                while p < region.pages.len() && w.locked.len() < chunk {
+                    if region.pages.try_lock_evicting(p, PageState::Dirty) {
+                        if region.pages.is_pinned(p) {
+                            if region.pages.unlock(p, PageState::Dirty) {
+                                self.wake(region.page_addr(p), region.page_size);
+                            }
+                        } else {
+                            w.locked.push((p, PageState::Dirty));
+                        }
+                    }
+                    p += 1;
+                }
+                if w.locked.is_empty() {
+                    continue;
+                }
+                // Pages of promoted ranges take their range with them.
+                let pooled = match &region.huge {
+                    Some(h) => self.widen_to_promoted(w, region, h),
+                    None => Vec::new(),
+                };
+                // Their policy entries go stale (the policy drops them).
+                if self.evict_locked(w, region, &pooled) > 0 {
+                    written = true;
+                } else if region.write_failure().is_some() {
+                    break;
+                }
+                if once {
+                    return;
+                }
+            }
+            if under() {
+                break;
+            }
+        }
+        // Nothing written (the dirty pages' store fails, or they are
+        // pinned or busy): writers stop waiting for this pass.
+        pool.writeback_stuck.store(!written, Relaxed);
+    }
+
+    /// Logs, once per wait, a wait for cache space or for dirty pages to
+    /// be written back that has lasted [`STALL_LOGGED_AFTER`], with what
+    /// holds the cache; and a reservation refused for good. The waiting
+    /// threads may be signal handlers, which may not log.
+    fn report_stalls(&self, pool: &Pool, huge_pool: bool) {
+        let name = if huge_pool { "huge-page pool" } else { "cache" };
+        let refused = pool.refused.swap(0, Relaxed);
+        if refused > 0 {
+            log::error!(
+                "umio: a fill needs {refused} bytes of {name} space, more than it can ever \
+                 have beside its pinned pages ({} bytes pinned, bound {}): it fails (a \
+                 faulting thread gets SIGBUS)",
+                self.pinned_bytes(),
+                pool.budget.limit()
+            );
+        }
+        let after = STALL_LOGGED_AFTER.as_millis() as u64;
+        let now = self.now_ms();
+        for (waits, what) in [
+            (&pool.space_waits, "cache space"),
+            (&pool.dirty_waits, "dirty pages to be written back"),
+        ] {
+            let Some(since) = waits.unlogged_since() else {
+                continue;
+            };
+            if now.saturating_sub(since) < after {
+                continue;
+            }
+            waits.mark_logged();
+            log::warn!(
+                "umio: faults have waited {} s for {what} ({name}), and wait on: {}; {}",
+                now.saturating_sub(since) / 1000,
+                self.stall_reason(huge_pool),
+                self.describe_cache()
+            );
+        }
+    }
+
+    /// Why the pages of a pool cannot be evicted now, in words.
+    fn stall_reason(&self, huge_pool: bool) -> String {
+        let table = self.regions();
+        let mut failing = Vec::new();
+        let mut busy = 0usize;
+        for r in table.all().iter().filter(|r| r.huge_pool == huge_pool) {
+            if let Some(e) = r.write_failure()
+                && r.dirty.load(Relaxed) > 0
+            {
+                failing.push(format!(
+                    "region {} holds {} dirty pages its store fails to write (errno {e})",
+                    r.id,
+                    r.dirty.load(Relaxed)
+                ));
+            }
+            busy += (0..r.pages.len())
+                .filter(|&p| matches!(r.pages.get(p), Observed::Busy(_)))
+                .count();
+        }
+        let mut out = failing.join("; ");
+        if busy > 0 {
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str(&format!(
+                "{busy} pages held busy by store reads or write-backs in flight \
+                 (a slow or frozen store)"
+            ));
+        }
+        if out.is_empty() {
+            out.push_str("other threads taking the space freed");
+        }
+        out
     }
 
     /// Once one pool is above its high watermark, or a miss waits for
@@ -103,6 +274,9 @@ impl Shared {
         };
         let page_size = self.largest_page(huge_pool);
         while budget.used() > target() && !self.is_shutting_down() {
+            // A writer waiting for the dirty limit is not kept waiting for
+            // a long round of eviction under readers' misses.
+            self.write_back_over_dirty_limit(w, pool, huge_pool, false);
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
@@ -147,16 +321,75 @@ impl Shared {
         policy: &dyn EvictionPolicy,
         max: usize,
     ) -> u64 {
-        if w.in_signal {
+        self.evicting().fetch_add(1, Relaxed);
+        let freed = if w.in_signal {
             // A signal handler may not load the runtime's table (`arc-swap`
             // allocates and initialises a thread-local on a thread's first
             // load, and is not reentrant).
-            return crate::in_thread::with_regions(|t| self.evict_batch_in(w, policy, max, t));
-        }
-        let table = self.regions();
-        self.evict_batch_in(w, policy, max, &**table)
+            crate::in_thread::with_regions(|t| self.evict_batch_in(w, policy, max, t))
+        } else {
+            let table = self.regions();
+            self.evict_batch_in(w, policy, max, &**table)
+        };
+        self.evicting().fetch_sub(1, Relaxed);
+        freed
     }
 
+    /// Checks that the regular pool's policy tracks every resident page
+    /// that is not pinned (a page it lost track of would never be evicted,
+    /// and a full cache of them would starve every miss). Entries and
+    /// pages change while threads work, so it looks when no eviction batch
+    /// holds victims and no page is busy, dropping stale and duplicate
+    /// entries first; a lost entry stays lost, so it looks a few times
+    /// before it reports one. For tests (`Runtime::check_policy`).
+    pub(crate) fn check_policy_tracks_resident(&self) -> Result<(), String> {
+        let mut last = String::from("never quiet: eviction batches or busy pages every time");
+        for _ in 0..300 {
+            let pool = self.pool();
+            let table = self.regions();
+            if self.evicting().load(Relaxed) == 0 {
+                pool.policy.purge(&Oracle {
+                    table: &**table,
+                    huge_pool: false,
+                });
+                let tracked = pool.policy.tracked();
+                let (mut resident, mut busy) = (0usize, 0usize);
+                for r in table.all().iter().filter(|r| !r.huge_pool) {
+                    for p in 0..r.pages.len() {
+                        match r.pages.get(p) {
+                            Observed::Stable(PageState::Clean | PageState::Dirty)
+                                if !r.pages.is_pinned(p) =>
+                            {
+                                resident += 1
+                            }
+                            Observed::Busy(_) => busy += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                if busy == 0 && self.evicting().load(Relaxed) == 0 {
+                    if tracked >= resident {
+                        return Ok(());
+                    }
+                    last = format!(
+                        "policy {} tracks {tracked} pages, {resident} resident and not pinned: {}",
+                        pool.policy.name(),
+                        self.describe_cache()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(last)
+    }
+
+    /// Evicts a batch of `policy`'s victims in two passes. First the
+    /// clean ones, of every region: dropped at once. Then the dirty ones
+    /// of one region, written back and dropped; the dirty victims of the
+    /// other regions go back to the policy. A victim is out of the policy
+    /// while a thread holds it, so a batch must not hold clean pages, or
+    /// other regions' pages, through a write-back that a slow or frozen
+    /// store makes last (every miss would find nothing to evict).
     fn evict_batch_in(
         &self,
         w: &mut Scratch,
@@ -165,6 +398,7 @@ impl Shared {
         table: &dyn RegionLookup,
     ) -> u64 {
         w.victims.clear();
+        w.dirty_victims.clear();
         let huge_pool = self
             .huge_pool()
             .is_some_and(|h| std::ptr::addr_eq(&*h.policy, policy));
@@ -173,81 +407,122 @@ impl Shared {
         w.victims.sort_unstable();
         let mut freed = 0;
         let mut victims = std::mem::take(&mut w.victims);
+        let mut dirty = std::mem::take(&mut w.dirty_victims);
         for group in victims.chunk_by(|a, b| a.region == b.region) {
-            let Some(region) = table.region(group[0].region) else {
-                continue;
-            };
-            let Some(_g) = region.enter() else { continue };
-            w.locked.clear();
-            // A signal handler evicts clean pages only: writing back goes
-            // through the store's batch path (allocations, io_uring rings
-            // shared with other threads), which the evictors take instead.
-            let states: &[PageState] = if w.in_signal {
-                &[PageState::Clean]
+            freed += self.evict_group(w, policy, table, group, false, &mut dirty);
+        }
+        // The dirty victims: one region's written back now, the others'
+        // given back (a later batch takes them).
+        let first = dirty.first().map(|k| k.region);
+        for group in dirty.chunk_by(|a, b| a.region == b.region) {
+            if Some(group[0].region) == first {
+                freed += self.evict_group(w, policy, table, group, true, &mut Vec::new());
             } else {
-                &[PageState::Clean, PageState::Dirty]
-            };
-            for key in group {
-                let p = key.index as usize;
-                let locked = states
-                    .iter()
-                    .copied()
-                    .find(|&s| region.pages.try_lock_evicting(p, s));
-                match locked {
-                    // Pinned after the policy picked it: leave it be (unpin
-                    // hands it back to the policy).
-                    Some(s) if region.pages.is_pinned(p) => {
-                        if region.pages.unlock(p, s) {
-                            self.wake(region.page_addr(p), region.page_size);
-                        }
-                    }
-                    Some(s) => w.locked.push((p, s)),
-                    // Changed state since the policy probed it (a write
-                    // un-protecting it, a flush): if still resident it
-                    // must stay tracked, or its space is lost to eviction.
-                    // Not if another thread is evicting it: that thread
-                    // gives it back if it stays, and a second entry would
-                    // outlive the page.
-                    None => {
-                        if !region.pages.is_pinned(p)
-                            && !region.pages.is_evicting(p)
-                            && !matches!(
-                                region.pages.get(p),
-                                Observed::Stable(PageState::Empty)
-                                    | Observed::Busy(PageState::Empty)
-                            )
-                        {
-                            policy.restore(*key);
-                        }
-                    }
-                }
+                group.iter().for_each(|&k| policy.restore(k));
             }
-            let pooled = match &region.huge {
-                // A signal handler leaves pages of promoted (or promoting)
-                // 2 MiB ranges to the evictors: evicting one takes the
-                // whole range, dirty pages and all, and grows the lists
-                // (neither is allowed in a handler).
-                Some(h) if w.in_signal => {
-                    w.locked.retain(|&(p, s)| {
-                        if h.chunk_of(p).is_none_or(|c| h.is_normal(c)) {
-                            return true;
-                        }
-                        if region.pages.unlock(p, s) {
-                            self.wake(region.page_addr(p), region.page_size);
-                        }
-                        policy.restore(region.key(p));
-                        false
-                    });
-                    Vec::new()
-                }
-                Some(h) => self.widen_to_promoted(w, region, h),
-                None => Vec::new(),
-            };
-            freed += self.evict_locked(w, region, &pooled);
         }
         victims.clear();
         w.victims = victims;
+        dirty.clear();
+        w.dirty_victims = dirty;
         freed
+    }
+
+    /// Evicts the victims of one region (`group`, sorted): the clean ones;
+    /// the dirty ones too if `dirty`, else they are added to `later`
+    /// (still out of the policy). Returns the bytes freed.
+    fn evict_group(
+        &self,
+        w: &mut Scratch,
+        policy: &dyn EvictionPolicy,
+        table: &dyn RegionLookup,
+        group: &[umio_cache::PageKey],
+        dirty: bool,
+        later: &mut Vec<umio_cache::PageKey>,
+    ) -> u64 {
+        let Some(region) = table.region(group[0].region) else {
+            return 0;
+        };
+        let Some(_g) = region.enter() else { return 0 };
+        w.locked.clear();
+        // A signal handler evicts clean pages only: writing back goes
+        // through the store's batch path (allocations, io_uring rings
+        // shared with other threads), which the evictors take instead.
+        // Nor are dirty pages of a store whose writes fail tried again
+        // by every eviction: once per `WRITE_RETRY_MS` (the eviction for
+        // the dirty limit retries them too).
+        let failing = region
+            .write_failed_at()
+            .is_some_and(|t| self.now_ms().saturating_sub(t) < WRITE_RETRY_MS);
+        let may_write = !w.in_signal && !failing;
+        let states: &[PageState] = if dirty {
+            &[PageState::Dirty, PageState::Clean]
+        } else {
+            &[PageState::Clean]
+        };
+        for key in group {
+            let p = key.index as usize;
+            let locked = states
+                .iter()
+                .copied()
+                .find(|&s| region.pages.try_lock_evicting(p, s));
+            match locked {
+                // Pinned after the policy picked it: leave it be (unpin
+                // hands it back to the policy).
+                Some(s) if region.pages.is_pinned(p) => {
+                    if region.pages.unlock(p, s) {
+                        self.wake(region.page_addr(p), region.page_size);
+                    }
+                }
+                Some(s) => w.locked.push((p, s)),
+                // Dirty, for the second pass.
+                None if !dirty
+                    && may_write
+                    && region.pages.get(p) == Observed::Stable(PageState::Dirty) =>
+                {
+                    later.push(*key);
+                }
+                // Changed state since the policy probed it (a write
+                // un-protecting it, a flush): if still resident it
+                // must stay tracked, or its space is lost to eviction.
+                // Not if another thread is evicting it: that thread
+                // gives it back if it stays, and a second entry would
+                // outlive the page.
+                None => {
+                    if !region.pages.is_pinned(p)
+                        && !region.pages.is_evicting(p)
+                        && !matches!(
+                            region.pages.get(p),
+                            Observed::Stable(PageState::Empty) | Observed::Busy(PageState::Empty)
+                        )
+                    {
+                        policy.restore(*key);
+                    }
+                }
+            }
+        }
+        let pooled = match &region.huge {
+            // A signal handler leaves pages of promoted (or promoting)
+            // 2 MiB ranges to the evictors: evicting one takes the
+            // whole range, dirty pages and all, and grows the lists
+            // (neither is allowed in a handler).
+            Some(h) if w.in_signal => {
+                w.locked.retain(|&(p, s)| {
+                    if h.chunk_of(p).is_none_or(|c| h.is_normal(c)) {
+                        return true;
+                    }
+                    if region.pages.unlock(p, s) {
+                        self.wake(region.page_addr(p), region.page_size);
+                    }
+                    policy.restore(region.key(p));
+                    false
+                });
+                Vec::new()
+            }
+            Some(h) => self.widen_to_promoted(w, region, h),
+            None => Vec::new(),
+        };
+        self.evict_locked(w, region, &pooled)
     }
 
     /// A victim in a promoted 2 MiB range takes the whole range with it:
@@ -339,7 +614,7 @@ impl Shared {
                         .fetch_add(run.len() as u64, Relaxed);
                 }
                 Err(e) => {
-                    log::warn!("umio: write-back during eviction failed: {e}");
+                    // Logged once per run of failures (`write_runs`).
                     region.defer_error(e);
                     failed.extend(run.clone());
                 }
@@ -475,7 +750,7 @@ impl Shared {
         }
         for &s in &locked {
             if s == PageState::Dirty {
-                region.dirty.fetch_sub(1, Relaxed);
+                self.count_undirty(region, 1);
             }
             if s != PageState::Empty {
                 freed += region.page_size as u64;

@@ -110,8 +110,9 @@ impl Shared {
                     }
                     if region.pages.try_lock(page, s) {
                         self.progress().made(w.thread);
-                        self.make_writable(w, region, page, s);
-                        self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
+                        if self.make_writable(w, region, page, s) {
+                            self.prefetch_after(w, region, page, write, FaultKind::FirstWrite);
+                        }
                         return;
                     }
                 }
@@ -225,7 +226,9 @@ impl Shared {
                     }
                     if region.pages.try_lock(page, s) {
                         self.progress().made(w.thread);
-                        self.make_writable(w, region, page, s);
+                        if !self.make_writable(w, region, page, s) {
+                            return false;
+                        }
                         self.prefetch_after(w, region, page, true, FaultKind::FirstWrite);
                         return true;
                     }
@@ -278,7 +281,7 @@ impl Shared {
             return true;
         }
         if was == PageState::Dirty {
-            region.dirty.fetch_sub(1, Relaxed);
+            self.count_undirty(region, 1);
         }
         self.budget_of(region).release(ps as u64);
         if dirty && !self.in_thread() {
@@ -294,7 +297,15 @@ impl Shared {
 
     /// First write to a clean page (or a write-protected dirty one whose
     /// write-back failed): mark it dirty, then let the write through.
-    fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) {
+    /// Returns false if the write is refused (a clean page, and the store
+    /// fails its writes: [`may_dirty`](Shared::may_dirty)): the writer
+    /// gets SIGBUS ([`refuse_write`](Shared::refuse_write)).
+    fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) -> bool {
+        // A dirty page takes the write without more to store.
+        if was == PageState::Clean && self.may_dirty(w, region).is_err() {
+            self.refuse_write(region, page, was, w.thread);
+            return false;
+        }
         if let Some(h) = &region.huge
             && let Some(c) = h.chunk_of(page)
             && h.is_promoted(c)
@@ -303,7 +314,7 @@ impl Shared {
             region.pages.mark_referenced(page);
             self.policy_of(region)
                 .touched(region.key(page), Touch::FirstWrite);
-            return;
+            return true;
         }
         let addr = region.page_addr(page);
         region.pages.mark_referenced(page);
@@ -321,12 +332,13 @@ impl Shared {
             }
         };
         if was == PageState::Clean && to == PageState::Dirty {
-            region.dirty.fetch_add(1, Relaxed);
+            self.count_dirty(region, 1);
             self.counters().wp_faults.fetch_add(1, Relaxed);
             region.stats.hits.fetch_add(1, Relaxed);
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);
         self.wake(addr, region.page_size);
+        true
     }
 }

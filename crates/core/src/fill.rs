@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 use umio_backends::{IoRequest, StoreError};
@@ -22,7 +22,7 @@ use crate::region::Region;
 use crate::report::{self, Report};
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
-use crate::shared::{PrefetchJob, Shared};
+use crate::shared::{PrefetchJob, Shared, Waiting};
 use crate::sys::mm;
 use crate::trace::Step;
 
@@ -40,8 +40,13 @@ const HINT_CACHE_FRACTION: u64 = 2;
 /// the windows of several streams are read side by side while the fillers
 /// serve faults. Below this a hand-off costs more than the read.
 const MAX_INLINE_PREFETCH: usize = 64 << 10;
-/// How long a miss waits for cache space before it fails with SIGBUS.
-const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+/// A wait for cache space (or for dirty pages to be written back) this
+/// long is logged, once, with what holds the cache.
+pub(crate) const STALL_LOGGED_AFTER: Duration = Duration::from_secs(5);
+/// The first and the longest nap of a thread waiting for cache space that
+/// eviction could not free at once.
+const NAP_MIN: Duration = Duration::from_micros(50);
+const NAP_MAX: Duration = Duration::from_millis(5);
 
 /// Bytes a waiting miss wants, counted in its pool's `wanted` while it
 /// lives. Atomics only: made in signal handlers too.
@@ -81,8 +86,18 @@ impl Shared {
         self.trace_step(Step::Filling);
         let ps = region.page_size;
         let addr = region.page_addr(page);
+        let mut write = write;
+        if write && region.writable && self.may_dirty(w, region).is_err() {
+            if self.in_thread() || w.thread != 0 {
+                self.refuse_write(region, page, PageState::Empty, w.thread);
+                return false;
+            }
+            // A queued miss, whose thread is not known here: filled as a
+            // read, its write faults again, and is refused to its thread.
+            write = false;
+        }
         if !self.reserve(w, ps as u64, true, region) {
-            if region.is_closing() || self.reader_must_not_drop() {
+            if region.is_closing() || self.reader_must_not_drop() || self.is_shutting_down() {
                 // Being unmapped: unregistering will release the thread.
                 // Or a reader that may not evict (remove events,
                 // `remove.rs`): the evictors are kicked, and the thread
@@ -92,17 +107,8 @@ impl Shared {
                 self.wake(addr, ps);
                 return true;
             }
-            if crate::in_thread::in_fault_handler() {
-                report::error(Report::NoCacheSpace {
-                    region: region.id,
-                    page: page as u64,
-                });
-            } else {
-                log::error!(
-                    "umio: no cache space for a miss after {RECLAIM_TIMEOUT:?}: {}",
-                    self.describe_cache()
-                );
-            }
+            // The page can never fit beside the pinned pages (`reserve`;
+            // `umio-watch` logs why: a signal handler may not).
             self.fail_fill(region, page..page + 1);
             return false;
         }
@@ -162,7 +168,7 @@ impl Shared {
         }
         self.trace_step(Step::Installed);
         if dirty {
-            region.dirty.fetch_add(1, Relaxed);
+            self.count_dirty(region, 1);
             self.counters().write_misses.fetch_add(1, Relaxed);
         } else {
             self.counters().read_misses.fetch_add(1, Relaxed);
@@ -188,6 +194,105 @@ impl Shared {
         self.policy_of(region).inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
         true
+    }
+
+    /// Whether a page of `region` may become dirty now: not while the
+    /// region's store fails its writes (the write fails, as a write fault
+    /// on a file whose file system cannot store it does: `Err` with the
+    /// store's errno), and not past the dirty limit (half the pool): a
+    /// filler evicts some dirty pages itself and goes on; in-thread, the
+    /// writer waits, however long, while the evictors evict them.
+    /// A region whose last write-back failed but has no dirty page left
+    /// (dropped by `DontNeed`) is let through: only a write tells whether
+    /// the store works again. Signal-safe: atomics, `clock_gettime` and
+    /// `nanosleep`.
+    pub(crate) fn may_dirty(&self, w: &mut Scratch, region: &Region) -> Result<(), i32> {
+        let pool = self.pool_of(region);
+        let bytes = region.page_size as u64;
+        let mut waiting: Option<Waiting<'_>> = None;
+        let mut nap = NAP_MIN;
+        let failed = || {
+            region
+                .write_failure()
+                .filter(|_| region.dirty.load(Relaxed) > 0)
+        };
+        loop {
+            if let Some(e) = failed() {
+                return Err(e);
+            }
+            let dirty = pool.dirty.load(Relaxed) + bytes;
+            if dirty > pool.dirty_limit() / 2 {
+                // Past the background mark: the evictors start on the
+                // dirty pages, so that writers seldom meet the limit.
+                pool.dirty_wanted.store(true, Relaxed);
+                self.kick_evictors();
+            }
+            if dirty <= pool.dirty_limit()
+                || pool.writeback_stuck.load(Relaxed)
+                || region.is_closing()
+                || self.is_shutting_down()
+            {
+                return Ok(());
+            }
+            if !self.in_thread() {
+                // A filler evicts a piece of the dirty pages itself, as
+                // direct reclaim does, and goes on: waiting here would
+                // keep it from every other fault, readers' too.
+                pool.dirty_wanted.store(true, Relaxed);
+                self.write_back_over_dirty_limit(w, pool, region.huge_pool, true);
+                return failed().map_or(Ok(()), Err);
+            }
+            // In-thread, the writer's own thread waits (the kernel's
+            // writers wait so, in `balance_dirty_pages`) while the
+            // evictors evict dirty pages (a store that fails its writes
+            // sets this region's failure, or `writeback_stuck`, and the
+            // wait ends).
+            if waiting.is_none() {
+                waiting = Some(pool.dirty_waits.enter(self.now_ms()));
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(NAP_MAX);
+        }
+    }
+
+    /// A write to `page` (held busy, in state `was`: Empty for a write
+    /// miss, Clean for a first write) by thread `thread` that the store
+    /// cannot take: the writer gets SIGBUS, as from a kernel file mapping
+    /// whose file system cannot reserve the blocks, and the page is
+    /// released as it was, for readers to go on reading (nothing is
+    /// dropped). In-thread the caller raises it; with fillers it is sent
+    /// to the faulting thread (`si_addr` the page's address, `si_code`
+    /// `SI_QUEUE`: see `sys::signal::sigbus_thread`), which takes it
+    /// before it retries the write. Without the thread's id (a kernel
+    /// without `UFFD_FEATURE_THREAD_ID`) a clean page is dropped (the
+    /// store holds its bytes) and poisoned instead, as for a failed read.
+    /// The store's failure was logged when write-back met it.
+    pub(crate) fn refuse_write(&self, region: &Region, page: usize, was: PageState, thread: u32) {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        if self.in_thread()
+            || (thread != 0 && crate::sys::signal::sigbus_thread(thread, addr).is_ok())
+        {
+            let _ = region.pages.unlock(page, was);
+            self.wake(addr, ps);
+            return;
+        }
+        if was == PageState::Clean {
+            if self.reader_must_not_drop() {
+                // A reader may not drop pages (`remove.rs`): the writer
+                // faults again, and waits so, until the store works.
+                let _ = region.pages.unlock(page, was);
+                self.wake(addr, ps);
+                return;
+            }
+            if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
+                log::error!("umio: MADV_DONTNEED failed: errno {e}");
+                let _ = region.pages.unlock(page, was);
+                self.wake(addr, ps);
+                return;
+            }
+            self.budget_of(region).release(ps as u64);
+        }
+        self.poison_and_release(region, page..page + 1);
     }
 
     /// Reads one page from the store into this worker's staging buffer,
@@ -394,10 +499,17 @@ impl Shared {
 
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
     /// the cache is full (no hand-off to the evictor on the fault path)
-    /// and waits up to [`RECLAIM_TIMEOUT`]; without it, fails at once.
+    /// and waits for space as long as it may come: while pages are being
+    /// written back, read, or freed by other threads, however slow the
+    /// store (a wait of more than [`STALL_LOGGED_AFTER`] is logged once by
+    /// the `umio-watch` thread, with what holds the cache). Without it,
+    /// fails at once.
     ///
-    /// Gives up at once when `region` starts being unmapped, so that unmap
-    /// never waits for a fill that waits for space.
+    /// Fails only when the space can never come: the reservation is
+    /// larger than what the pool can hold besides its pinned pages (noted
+    /// in `Pool::refused` for `umio-watch` to log). Gives up at once when
+    /// `region` starts being unmapped, so that unmap never waits for a
+    /// fill that waits for space.
     pub(crate) fn reserve(
         &self,
         w: &mut Scratch,
@@ -405,7 +517,6 @@ impl Shared {
         may_reclaim: bool,
         region: &Region,
     ) -> bool {
-        let mut deadline = None;
         let pool = self.pool_of(region);
         let budget = &pool.budget;
         // A reader that must not drop pages (remove events on) leaves the
@@ -415,6 +526,8 @@ impl Shared {
         // Once a try fails: the bytes this miss waits for, told to the
         // evictors until it returns.
         let mut wanting: Option<Wanted<'_>> = None;
+        let mut waiting: Option<Waiting<'_>> = None;
+        let mut nap = NAP_MIN;
         loop {
             // The huge pool's reservations are 2 MiB or more: no batching.
             let got = if region.huge_pool {
@@ -435,6 +548,22 @@ impl Shared {
                 }
                 return false;
             }
+            // Pinned pages are never evicted (the regular pool holds them;
+            // a promoted range's pinned pages are few): a reservation that
+            // does not fit beside them never will, until they are unpinned
+            // or the bound grows. Everything else the pool holds is
+            // resident and evictable once its owner lets go of it, or
+            // credit other threads return.
+            let pinned = if region.huge_pool {
+                0
+            } else {
+                self.pinned_bytes()
+            };
+            if bytes.saturating_add(pinned) > budget.limit() {
+                pool.refused.store(bytes, Relaxed);
+                self.kick_evictors();
+                return false;
+            }
             if wanting.is_none() {
                 wanting = Some(Wanted::new(&pool.wanted, bytes));
             }
@@ -451,11 +580,18 @@ impl Shared {
                 (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
             if self.evict_batch(w, &*pool.policy, pages) == 0 {
-                let d = *deadline.get_or_insert_with(|| Instant::now() + RECLAIM_TIMEOUT);
-                if Instant::now() > d {
-                    return false;
+                // Nothing to take now: the pages are busy (a store read or
+                // write-back in flight, however slow), dirty and waiting
+                // for the evictors to write them back, or the space went
+                // to other threads. Wait for them, napping longer the
+                // longer it lasts.
+                if waiting.is_none() {
+                    waiting = Some(pool.space_waits.enter(self.now_ms()));
                 }
-                crate::in_thread::let_signals_in(|| std::thread::sleep(Duration::from_micros(50)));
+                crate::in_thread::let_signals_in(|| std::thread::sleep(nap));
+                nap = (nap * 2).min(NAP_MAX);
+            } else {
+                nap = NAP_MIN;
             }
         }
     }
@@ -552,9 +688,22 @@ impl Shared {
                     pages.start += 1;
                 }
                 let run = i..pages.start;
-                if !self.reserve(w, (run.len() * ps) as u64, may_reclaim, region) {
-                    self.release_run(region, run, PageState::Empty);
-                    stop = true;
+                // Waiting for space while holding the space of runs not yet
+                // installed could wait for itself (or, with other threads
+                // doing the same, for each other): with runs in hand, fill
+                // them first and come back for this one.
+                if !self.reserve(
+                    w,
+                    (run.len() * ps) as u64,
+                    may_reclaim && runs.is_empty(),
+                    region,
+                ) {
+                    self.release_run(region, run.clone(), PageState::Empty);
+                    if runs.is_empty() {
+                        stop = true;
+                    } else {
+                        pages.start = run.start;
+                    }
                     break;
                 }
                 bytes += run.len() * ps;
@@ -778,9 +927,12 @@ impl Shared {
 
     /// Serves the fills queued on the region, then gives the slot back.
     fn leave_store(&self, w: &mut Scratch, region: &Arc<Region>) {
+        // The queued misses are other threads' than the event's.
+        let thread = std::mem::replace(&mut w.thread, 0);
         while let Some((page, write)) = region.store_slots.leave_or_next() {
             let _ = self.fill_fault(w, region, page, write);
         }
+        w.thread = thread;
         w.in_store = false;
     }
 }

@@ -637,12 +637,11 @@ fn serve_here(call: &mut Call) -> Verdict {
             return Verdict::Retry;
         };
         // The fault is served outside the read section. Serving may wait
-        // long (for cache space, up to `RECLAIM_TIMEOUT`), and every RCU
+        // long (for cache space, as long as the store takes), and every RCU
         // writer in the process (a map, an unmap, new advice) waits for
         // every read section: an unmap that frees its cache space only
         // after its grace period (`Shared::unmap`) would wait for this
-        // fault, which waits for that space, until the fault gave up with
-        // SIGBUS. Entered, the region needs no read section to stay
+        // fault, which waits for that space: for ever. Entered, the region needs no read section to stay
         // alive: its unmap waits for `_entered` (`Region::close`) before
         // it takes the region out of the table, which until then holds an
         // `Arc` of it; its runtime outlives it.

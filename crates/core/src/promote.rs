@@ -175,7 +175,7 @@ impl Shared {
                 .iter()
                 .filter(|(_, s)| *s == PageState::Clean)
                 .count();
-            region.dirty.fetch_add(clean, Relaxed);
+            self.count_dirty(region, clean);
             to = Some(PageState::Dirty);
         }
         // 4. The collapse: the kernel copies the 512 small pages into one
@@ -321,7 +321,7 @@ impl Shared {
             .iter()
             .filter(|(_, s)| *s == PageState::Clean)
             .count();
-        region.dirty.fetch_add(clean, Relaxed);
+        self.count_dirty(region, clean);
         self.counters().wp_faults.fetch_add(1, Relaxed);
         region.stats.hits.fetch_add(1, Relaxed);
         for &(q, _) in locked.iter() {

@@ -2,7 +2,7 @@
 //! read-mostly table that finds a region by address or id without a lock.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::rcu::RcuCell;
@@ -46,6 +46,12 @@ pub(crate) struct Region {
     /// The first write-back failure of background eviction, reported by the
     /// next flush.
     deferred_error: Mutex<Option<StoreError>>,
+    /// The errno of the store's last write-back if it failed, 0 once one
+    /// succeeds: while it is set, new writes to clean pages fail (see
+    /// `Shared::may_dirty`) and eviction leaves dirty pages alone.
+    write_errno: AtomicI32,
+    /// When that failure was seen (`crate::shared::now_ms`).
+    write_failed_at: AtomicU64,
     /// Page ranges unmapped by `unmap_range`; their pages are retired.
     holes: Mutex<Vec<Range<usize>>>,
     /// Serializes `unmap_range` calls on this region.
@@ -104,6 +110,8 @@ impl Region {
             dirty: AtomicUsize::new(0),
             advice: RcuCell::new(Vec::new()),
             deferred_error: Mutex::new(None),
+            write_errno: AtomicI32::new(0),
+            write_failed_at: AtomicU64::new(0),
             holes: Mutex::new(Vec::new()),
             unmap_lock: Mutex::new(()),
             stats: RegionCounters::default(),
@@ -141,6 +149,39 @@ impl Region {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// Records the outcome of a write to the store: `Some(errno)` if it
+    /// failed. Returns true when this starts a run of failures (the one
+    /// to log).
+    pub fn note_write(&self, failed: Option<i32>, now_ms: u64) -> bool {
+        match failed {
+            Some(e) => {
+                self.write_failed_at.store(now_ms, Ordering::Relaxed);
+                self.write_errno.swap(e, Ordering::AcqRel) == 0
+            }
+            None => {
+                if self.write_errno.load(Ordering::Relaxed) != 0 {
+                    self.write_errno.store(0, Ordering::Release);
+                }
+                false
+            }
+        }
+    }
+
+    /// The errno of the store's last write-back, if it failed.
+    #[inline]
+    pub fn write_failure(&self) -> Option<i32> {
+        match self.write_errno.load(Ordering::Acquire) {
+            0 => None,
+            e => Some(e),
+        }
+    }
+
+    /// When the last failed write-back was seen, if the last one failed.
+    pub fn write_failed_at(&self) -> Option<u64> {
+        self.write_failure()?;
+        Some(self.write_failed_at.load(Ordering::Relaxed))
     }
 
     /// Held while a page range of the region is taken out

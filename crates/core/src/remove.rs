@@ -247,7 +247,7 @@ impl Shared {
                 continue;
             }
             if s == PageState::Dirty {
-                region.dirty.fetch_sub(1, Relaxed);
+                self.count_undirty(region, 1);
             }
             if s != PageState::Empty {
                 freed += ps as u64;

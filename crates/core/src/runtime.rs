@@ -170,6 +170,14 @@ impl Runtime {
         self.inner.shared.stats()
     }
 
+    /// For tests: checks that the eviction policy tracks every resident
+    /// page that is not pinned (one it lost would never be evicted), and
+    /// says what it found if not. Best called while no thread faults.
+    #[doc(hidden)]
+    pub fn check_policy(&self) -> std::result::Result<(), String> {
+        self.inner.shared.check_policy_tracks_resident()
+    }
+
     /// The cache bound in bytes (of the regular pool, when there is a
     /// huge-page pool).
     pub fn cache_bytes(&self) -> u64 {

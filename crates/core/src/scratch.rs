@@ -16,6 +16,9 @@ pub(crate) struct Scratch {
     pub buf: StagingBuffer,
     pub credit: FrameCredit,
     pub victims: Vec<PageKey>,
+    /// Dirty victims of an eviction batch, written back after its clean
+    /// victims are evicted.
+    pub dirty_victims: Vec<PageKey>,
     pub locked: Vec<(usize, PageState)>,
     /// Page indices of one region, reused so that eviction on the fault
     /// path does not allocate in steady state.
@@ -45,6 +48,7 @@ impl Scratch {
             buf: StagingBuffer::new(),
             credit: FrameCredit::default(),
             victims: Vec::new(),
+            dirty_victims: Vec::new(),
             locked: Vec::new(),
             pages: Vec::new(),
             fetch: FetchList::new(),
@@ -63,6 +67,7 @@ impl Scratch {
     /// them large enough.
     pub fn reserve(&mut self, n: usize) {
         self.victims.reserve(n);
+        self.dirty_victims.reserve(n);
         self.locked.reserve(n);
         self.pages.reserve(n);
         self.runs.reserve(n);

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, Guard};
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageState};
@@ -68,6 +68,11 @@ pub(crate) struct Shared {
     page_waits: PageWaits,
     /// Pages remove events handed to the evictors (`remove.rs`).
     removals: crate::remove::Removals,
+    /// The epoch of [`now_ms`](Shared::now_ms).
+    started: Instant,
+    /// Eviction batches under way: their victims are out of the policy
+    /// until each is evicted or given back.
+    evicting: AtomicU32,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -93,6 +98,97 @@ pub(crate) struct Pool {
     /// (remove events on): taken by the next eviction round, which frees
     /// it too.
     pub short: AtomicU64,
+    /// Bytes of the pool's pages in state Dirty (busy or not). At most
+    /// half the bound may be dirty ([`Shared::may_dirty`]): the other half
+    /// stays clean, so readers always find pages to evict, even when the
+    /// dirty ones cannot be written back.
+    pub dirty: AtomicU64,
+    /// A writer waits for the dirty bytes to fall: the evictors evict
+    /// dirty pages (written back, then dropped) until they have.
+    pub dirty_wanted: AtomicBool,
+    /// The last eviction for the dirty limit wrote nothing (the dirty
+    /// pages' stores fail their writes, or they are pinned or busy):
+    /// writers then pass the limit rather than wait for them (a writer of
+    /// a failing store is refused first).
+    pub writeback_stuck: AtomicBool,
+    /// Faults waiting for cache space.
+    pub space_waits: Waits,
+    /// Writers waiting for dirty pages to be written back.
+    pub dirty_waits: Waits,
+    /// A reservation that can never succeed was refused (its size), for
+    /// `umio-watch` to log (the in-thread service may not).
+    pub refused: AtomicU64,
+}
+
+impl Pool {
+    fn new(budget: FrameBudget, policy: Box<dyn EvictionPolicy>) -> Pool {
+        Pool {
+            budget,
+            policy,
+            wanted: AtomicU64::new(0),
+            short: AtomicU64::new(0),
+            dirty: AtomicU64::new(0),
+            dirty_wanted: AtomicBool::new(false),
+            writeback_stuck: AtomicBool::new(false),
+            space_waits: Waits::default(),
+            dirty_waits: Waits::default(),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The most bytes that may be dirty: half the bound.
+    pub fn dirty_limit(&self) -> u64 {
+        self.budget.limit() / 2
+    }
+}
+
+/// Threads waiting for something the evictors provide (cache space, dirty
+/// pages written back), so that a long wait is logged once, with its
+/// reason, by the `umio-watch` thread: the waiters may be signal handlers,
+/// which may not log. Atomics only.
+#[derive(Default)]
+pub(crate) struct Waits {
+    count: AtomicU32,
+    /// When the first of the current waiters began ([`Shared::now_ms`]).
+    since: AtomicU64,
+    /// The current wait was logged.
+    logged: AtomicBool,
+}
+
+/// One thread's wait, counted in its [`Waits`] while it lives.
+pub(crate) struct Waiting<'a>(&'a Waits);
+
+impl Waits {
+    /// Counts a waiter in, from `now_ms`.
+    pub fn enter(&self, now_ms: u64) -> Waiting<'_> {
+        if self.count.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.since.store(now_ms, Ordering::Release);
+        }
+        Waiting(self)
+    }
+
+    /// Since when threads have been waiting, if any are and their wait was
+    /// not logged yet.
+    pub fn unlogged_since(&self) -> Option<u64> {
+        if self.count.load(Ordering::Acquire) == 0 || self.logged.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.since.load(Ordering::Acquire))
+    }
+
+    /// The current wait has been logged.
+    pub fn mark_logged(&self) {
+        self.logged.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The wait is over: the next one is logged anew.
+            self.0.logged.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Shared {
@@ -113,23 +209,16 @@ impl Shared {
             uffd,
             regions: ArcSwap::from_pointee(RegionTable::default()),
             regions_writer: Mutex::new(()),
-            pool: Pool {
-                budget: FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
-                policy: s.policy,
-                wanted: AtomicU64::new(0),
-                short: AtomicU64::new(0),
-            },
+            pool: Pool::new(
+                FrameBudget::new(s.cache_bytes, s.high_water, s.low_water),
+                s.policy,
+            ),
             huge: s.huge_cache_bytes.map(|bytes| {
                 let policy = s.huge_policy.build();
                 if in_thread {
                     policy.reserve((bytes / crate::config::MIN_PAGE_SIZE as u64) as usize);
                 }
-                Pool {
-                    budget: FrameBudget::new(bytes, s.high_water, s.low_water),
-                    policy,
-                    wanted: AtomicU64::new(0),
-                    short: AtomicU64::new(0),
-                }
+                Pool::new(FrameBudget::new(bytes, s.high_water, s.low_water), policy)
             }),
             spin: SpinTuner::new(),
             evict_signal: Signal::default(),
@@ -144,7 +233,40 @@ impl Shared {
             in_thread,
             page_waits: PageWaits::default(),
             removals: crate::remove::Removals::default(),
+            started: Instant::now(),
+            evicting: AtomicU32::new(0),
         })
+    }
+
+    /// Milliseconds since the runtime started, plus one (0 means never).
+    /// Signal-safe: `clock_gettime` only.
+    #[inline]
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Eviction batches under way, counted by [`evict_batch`](Shared::evict_batch).
+    #[inline]
+    pub fn evicting(&self) -> &AtomicU32 {
+        &self.evicting
+    }
+
+    /// Counts `pages` of `region` newly dirty (its count and its pool's).
+    #[inline]
+    pub fn count_dirty(&self, region: &Region, pages: usize) {
+        region.dirty.fetch_add(pages, Ordering::Relaxed);
+        self.pool_of(region)
+            .dirty
+            .fetch_add((pages * region.page_size) as u64, Ordering::Relaxed);
+    }
+
+    /// Counts `pages` of `region` dirty no more (written back or dropped).
+    #[inline]
+    pub fn count_undirty(&self, region: &Region, pages: usize) {
+        region.dirty.fetch_sub(pages, Ordering::Relaxed);
+        self.pool_of(region)
+            .dirty
+            .fetch_sub((pages * region.page_size) as u64, Ordering::Relaxed);
     }
 
     #[inline]

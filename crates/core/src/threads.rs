@@ -7,6 +7,7 @@
 //! | `umio-evictor-N` | [`evictor_main`]: keep each pool between its watermarks (`evict.rs`) | its scratch |
 //! | `umio-prefetch`, `umio-prefetch-1` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
+//! | `umio-watch` | [`watch_main`]: log, once each, waits for cache space or write-back that last (`evict.rs`, `report_stalls`) | nothing |
 //! | `umio-events` (in-thread, with remove events) | `remove::events_main`: read remove events (`remove.rs`) | nothing |
 
 use std::os::fd::AsRawFd;
@@ -71,6 +72,7 @@ pub(crate) fn spawn_all(
     if shared.cfg().cache_auto.is_some() {
         spawn("umio-autosize".into(), autosize_main, threads)?;
     }
+    spawn("umio-watch".into(), watch_main, threads)?;
     if fillers == 0 && shared.cfg().remove_events {
         spawn("umio-events".into(), crate::remove::events_main, threads)?;
     }
@@ -224,6 +226,21 @@ fn evictor_main(shared: Arc<Shared>) {
         shared.evict_round(&mut w);
         // What in-thread fault handlers could not log.
         crate::report::drain();
+    }
+}
+
+/// The `umio-watch` thread: once a second, logs the waits that have lasted
+/// (the waiting threads may be signal handlers, and the evictors may be
+/// held by the store that stalls), until the runtime shuts down.
+fn watch_main(shared: Arc<Shared>) {
+    while !shared.is_shutting_down() {
+        let mut fds = [libc::pollfd {
+            fd: shared.shutdown_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = crate::sys::poller::poll(&mut fds, 1000);
+        shared.report_all_stalls();
     }
 }
 

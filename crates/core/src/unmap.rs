@@ -4,7 +4,6 @@
 //! are retired, unregistered and their cache space released.
 
 use std::ops::Range;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, MutexGuard};
 
 use umio_backends::StoreError;
@@ -195,7 +194,7 @@ impl Shared {
             if let Err(e) = r {
                 // The pages are unmapped all the same: their changes are lost
                 // and reported.
-                region.dirty.fetch_sub(run.len(), Relaxed);
+                self.count_undirty(region, run.len());
                 lost.get_or_insert(e);
             }
         }

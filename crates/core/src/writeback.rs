@@ -66,6 +66,8 @@ impl Shared {
         if !reqs.is_empty() {
             region.store.submit(&mut reqs);
         }
+        let mut failed = None;
+        let mut written = false;
         for (req, k) in reqs.iter().zip(which) {
             let run = &runs[k];
             match req.result() {
@@ -75,17 +77,56 @@ impl Shared {
                     self.counters().bytes_written.fetch_add(valid, Relaxed);
                     region.stats.writebacks.fetch_add(1, Relaxed);
                     region.stats.bytes_written.fetch_add(valid, Relaxed);
-                    region.dirty.fetch_sub(run.len(), Relaxed);
+                    self.count_undirty(region, run.len());
+                    written = true;
                 }
                 r => {
                     self.counters().write_errors.fetch_add(1, Relaxed);
-                    out[k] = Err(match r {
+                    let e = match r {
                         Some(Err(e)) => e,
                         // A store that left the request without a result.
                         _ => StoreError::new(StoreOp::Write, req.offset(), libc::EIO),
-                    });
+                    };
+                    failed.get_or_insert(e);
+                    out[k] = Err(e);
                 }
             }
+        }
+        self.note_write_outcome(region, written, failed);
+    }
+
+    /// Records what a batch of writes to `region`'s store did: a failure
+    /// (its first) makes the region refuse new writes to clean pages until
+    /// a write succeeds again (`Shared::may_dirty`); the first failure of
+    /// a run of them is logged, once, with what it means, and the recovery.
+    fn note_write_outcome(&self, region: &Region, written: bool, failed: Option<StoreError>) {
+        match failed {
+            Some(e) => {
+                if region.note_write(Some(e.errno), self.now_ms()) {
+                    log::error!(
+                        "umio: writing back region {} to its {} store failed: {e}; its dirty \
+                         pages stay in the cache, are written again later and reported by \
+                         the next flush; until a write succeeds, a write to a clean page of \
+                         the mapping fails (SIGBUS), as a write fault on a full file system \
+                         does, and reads go on",
+                        region.id,
+                        region.store.name()
+                    );
+                } else {
+                    log::debug!("umio: write-back failed again: {e}");
+                }
+            }
+            None if written => {
+                if region.write_failure().is_some() {
+                    log::warn!(
+                        "umio: writes to the {} store of region {} work again",
+                        region.store.name(),
+                        region.id
+                    );
+                }
+                region.note_write(None, 0);
+            }
+            None => {}
         }
     }
 
@@ -185,7 +226,7 @@ impl Shared {
                 match r {
                     Ok(()) => self.release_run(region, run.clone(), PageState::Clean),
                     Err(e) => {
-                        log::warn!("umio: write-back failed: {e}");
+                        // Logged once per run of failures (`write_runs`).
                         first.get_or_insert(*e);
                         self.release_run(region, run.clone(), PageState::Dirty);
                     }

@@ -339,6 +339,41 @@ pub(crate) fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+/// Sends SIGBUS to thread `tid` of this process, for its access at `addr`
+/// that umio refuses (a write its store cannot take): `si_addr` is the
+/// address, as in a fault's SIGBUS; `si_code` is `SI_QUEUE`, since only a
+/// thread itself may send a fault's codes. A thread blocked on the fault
+/// in the kernel takes it before it retries the access.
+pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
+    // SAFETY: a zeroed siginfo is valid; getpid cannot fail.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = libc::SIGBUS;
+    info.si_code = libc::SI_QUEUE;
+    // The union of a siginfo follows its three ints, aligned to a
+    // pointer; a fault's address is its first field.
+    let union_at =
+        (3 * std::mem::size_of::<libc::c_int>()).next_multiple_of(std::mem::align_of::<usize>());
+    // SAFETY: within the siginfo (128 bytes), aligned for a pointer.
+    unsafe {
+        (&mut info as *mut libc::siginfo_t)
+            .cast::<u8>()
+            .add(union_at)
+            .cast::<usize>()
+            .write(addr)
+    };
+    // SAFETY: a valid siginfo for a signal to a thread of this process.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::getpid(),
+            tid as libc::pid_t,
+            libc::SIGBUS,
+            &info as *const libc::siginfo_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(errno()) }
+}
+
 /// Sleeps while `word` holds `expected`, at most `timeout_ns`.
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
     let ts = libc::timespec {
