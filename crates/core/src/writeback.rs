@@ -104,7 +104,7 @@ impl Shared {
             Some(e) => {
                 if region.note_write(Some(e.errno), self.now_ms()) {
                     log::error!(
-                        "umio: writing back region {} to its {} store failed: {e}; its dirty \
+                        "umio: writing back region {} to its store ({}) failed: {e}; its dirty \
                          pages stay in the cache, are written again later and reported by \
                          the next flush; until a write succeeds, a write to a clean page of \
                          the mapping fails (SIGBUS), as a write fault on a full file system \
