@@ -80,11 +80,13 @@ impl Shared {
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
-        self.write_back_over_dirty_limit(w, pool, false, false);
+        self.write_back_over_dirty_limit(w, pool, false);
+        self.wake_parked_writers(pool);
         self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            self.write_back_over_dirty_limit(w, h, true, false);
+            self.write_back_over_dirty_limit(w, h, true);
+            self.wake_parked_writers(h);
             self.evict_to_low_water(w, h, true);
         }
     }
@@ -107,14 +109,12 @@ impl Shared {
     /// until the pool is at half its limit. Pages of a store whose writes
     /// failed within [`WRITE_RETRY_MS`] are left for later; if nothing
     /// could be written, writers stop waiting for the limit until a pass
-    /// writes again (`Pool::writeback_stuck`). With `once`, stops after one piece (a
-    /// filler's share).
+    /// writes again (`Pool::writeback_stuck`).
     pub(crate) fn write_back_over_dirty_limit(
         &self,
         w: &mut Scratch,
         pool: &Pool,
         huge_pool: bool,
-        once: bool,
     ) {
         if !pool.dirty_wanted.swap(false, Relaxed) {
             return;
@@ -162,9 +162,6 @@ impl Shared {
                     written = true;
                 } else if region.write_failure().is_some() {
                     break;
-                }
-                if once {
-                    return;
                 }
             }
             if under() {
@@ -276,7 +273,7 @@ impl Shared {
         while budget.used() > target() && !self.is_shutting_down() {
             // A writer waiting for the dirty limit is not kept waiting for
             // a long round of eviction under readers' misses.
-            self.write_back_over_dirty_limit(w, pool, huge_pool, false);
+            self.write_back_over_dirty_limit(w, pool, huge_pool);
             let excess = budget.excess_over_low() / page_size as u64;
             let batch = (excess as usize).clamp(16, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
@@ -724,6 +721,7 @@ impl Shared {
         let Some(_entered) = region.enter() else {
             return Err(libc::ENOMEM);
         };
+        let _taking = region.taking();
         // The ranges lose pages: no longer promoted.
         self.demote_range(region, &pages);
         let mut freed = 0u64;

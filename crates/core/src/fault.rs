@@ -25,6 +25,11 @@ use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE};
 /// busy before it lets the access retry.
 pub(crate) const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
 
+/// Writers a pool keeps asleep at the dirty limit, at most ([`Pool::parked`]).
+///
+/// [`Pool::parked`]: crate::shared::Pool
+const MAX_PARKED: usize = 4096;
+
 impl Shared {
     /// Resolves one fault event.
     pub(crate) fn handle_fault(&self, w: &mut Scratch, addr: usize, flags: u64) {
@@ -302,9 +307,32 @@ impl Shared {
     /// gets SIGBUS ([`refuse_write`](Shared::refuse_write)).
     fn make_writable(&self, w: &mut Scratch, region: &Region, page: usize, was: PageState) -> bool {
         // A dirty page takes the write without more to store.
-        if was == PageState::Clean && self.may_dirty(w, region).is_err() {
-            self.refuse_write(region, page, was, w.thread);
-            return false;
+        if was == PageState::Clean {
+            match self.may_dirty(region) {
+                Ok(crate::fill::DirtyNow::Go) => {}
+                Ok(crate::fill::DirtyNow::Wait) => {
+                    // Fillers at the dirty limit: the page stays clean and
+                    // the writer asleep on its fault until an evictor wakes
+                    // it to try again. Full (thousands parked): let it by.
+                    let addr = region.page_addr(page);
+                    let pool = self.pool_of(region);
+                    let mut parked = pool.parked.lock().unwrap_or_else(|e| e.into_inner());
+                    if parked.len() < MAX_PARKED {
+                        parked.push((addr, region.page_size));
+                        drop(parked);
+                        if region.pages.unlock(page, was) {
+                            // Others waited on the busy page: woken, the
+                            // writer with them, which comes back here.
+                            self.wake(addr, region.page_size);
+                        }
+                        return false;
+                    }
+                }
+                Err(_) => {
+                    self.refuse_write(region, page, was, w.thread);
+                    return false;
+                }
+            }
         }
         if let Some(h) = &region.huge
             && let Some(c) = h.chunk_of(page)

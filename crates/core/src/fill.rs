@@ -72,6 +72,16 @@ impl Drop for Wanted<'_> {
 /// a batch allocates nothing.
 pub(crate) type PerRun<T> = SmallVec<[T; MAX_BATCH_RUNS]>;
 
+/// What a write may do now ([`Shared::may_dirty`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum DirtyNow {
+    /// Dirty the page.
+    Go,
+    /// Fillers, at the dirty limit: leave the page clean and the writer
+    /// asleep on its fault, parked for the evictors to wake.
+    Wait,
+}
+
 impl Shared {
     /// Fills a missed page this thread holds busy, then reads ahead.
     /// Returns false if the fill failed: the page is poisoned (fillers), or
@@ -87,19 +97,31 @@ impl Shared {
         let ps = region.page_size;
         let addr = region.page_addr(page);
         let mut write = write;
-        if write && region.writable && self.may_dirty(w, region).is_err() {
-            if self.in_thread() || w.thread != 0 {
-                self.refuse_write(region, page, PageState::Empty, w.thread);
-                return false;
+        if write && region.writable {
+            match self.may_dirty(region) {
+                Ok(DirtyNow::Go) => {}
+                // At the dirty limit (fillers): filled as a read; the
+                // write faults again on the clean page and waits there.
+                Ok(DirtyNow::Wait) => write = false,
+                Err(_) if self.in_thread() || w.thread != 0 => {
+                    self.refuse_write(region, page, PageState::Empty, w.thread);
+                    return false;
+                }
+                // A queued miss, whose thread is not known here: filled as
+                // a read, its write faults again, and is refused to its
+                // thread.
+                Err(_) => write = false,
             }
-            // A queued miss, whose thread is not known here: filled as a
-            // read, its write faults again, and is refused to its thread.
-            write = false;
         }
         if !self.reserve(w, ps as u64, true, region) {
-            if region.is_closing() || self.reader_must_not_drop() || self.is_shutting_down() {
+            if region.is_closing()
+                || region.is_taking()
+                || self.reader_must_not_drop()
+                || self.is_shutting_down()
+            {
                 // Being unmapped: unregistering will release the thread.
-                // Or a reader that may not evict (remove events,
+                // Or part of it being unmapped or dropped, which may wait
+                // for this page: given back, faulted again. Or a reader that may not evict (remove events,
                 // `remove.rs`): the evictors are kicked, and the thread
                 // faults again.
                 self.kick_evictors();
@@ -206,7 +228,7 @@ impl Shared {
     /// (dropped by `DontNeed`) is let through: only a write tells whether
     /// the store works again. Signal-safe: atomics, `clock_gettime` and
     /// `nanosleep`.
-    pub(crate) fn may_dirty(&self, w: &mut Scratch, region: &Region) -> Result<(), i32> {
+    pub(crate) fn may_dirty(&self, region: &Region) -> Result<DirtyNow, i32> {
         let pool = self.pool_of(region);
         let bytes = region.page_size as u64;
         let mut waiting: Option<Waiting<'_>> = None;
@@ -230,17 +252,20 @@ impl Shared {
             if dirty <= pool.dirty_limit()
                 || pool.writeback_stuck.load(Relaxed)
                 || region.is_closing()
+                || region.is_taking()
                 || self.is_shutting_down()
             {
-                return Ok(());
+                return Ok(DirtyNow::Go);
             }
             if !self.in_thread() {
-                // A filler evicts a piece of the dirty pages itself, as
-                // direct reclaim does, and goes on: waiting here would
-                // keep it from every other fault, readers' too.
+                // A filler neither waits here (it would keep every other
+                // fault, readers' too, waiting) nor writes to the store
+                // itself (a store whose writes hang would take every
+                // filler): the writer waits, asleep on its fault, while
+                // the evictors write dirty pages back.
                 pool.dirty_wanted.store(true, Relaxed);
-                self.write_back_over_dirty_limit(w, pool, region.huge_pool, true);
-                return failed().map_or(Ok(()), Err);
+                self.kick_evictors();
+                return Ok(DirtyNow::Wait);
             }
             // In-thread, the writer's own thread waits (the kernel's
             // writers wait so, in `balance_dirty_pages`) while the
@@ -250,8 +275,20 @@ impl Shared {
             if waiting.is_none() {
                 waiting = Some(pool.dirty_waits.enter(self.now_ms()));
             }
-            std::thread::sleep(nap);
+            crate::in_thread::let_signals_in(|| std::thread::sleep(nap));
             nap = (nap * 2).min(NAP_MAX);
+        }
+    }
+
+    /// Wakes the writers fillers left asleep at the dirty limit
+    /// ([`Pool::parked`]): each retries its write. By the evictors, every
+    /// round.
+    ///
+    /// [`Pool::parked`]: crate::shared::Pool
+    pub(crate) fn wake_parked_writers(&self, pool: &crate::shared::Pool) {
+        let parked = std::mem::take(&mut *pool.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        for (addr, len) in parked {
+            self.wake(addr, len);
         }
     }
 
@@ -580,6 +617,12 @@ impl Shared {
                 (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
             if self.evict_batch(w, &*pool.policy, pages) == 0 {
+                if region.is_taking() {
+                    // A partial unmap or a drop is locking pages of this
+                    // region and may be waiting for the one this thread
+                    // holds: give it back (the caller retries the fault).
+                    return false;
+                }
                 // Nothing to take now: the pages are busy (a store read or
                 // write-back in flight, however slow), dirty and waiting
                 // for the evictors to write them back, or the space went

@@ -38,6 +38,9 @@ pub(crate) struct Region {
     pub prefetcher: Arc<dyn Prefetcher>,
     /// Threads working on the region now, plus the CLOSING bit.
     users: AtomicUsize,
+    /// Partial unmaps and drops locking a range of the region's pages now
+    /// ([`Region::taking`]).
+    takers: AtomicUsize,
     /// Pages in state Dirty (flush skips clean regions without a scan).
     pub dirty: AtomicUsize,
     /// Access advice by page range; the last matching entry wins.
@@ -74,6 +77,17 @@ pub(crate) struct RegionGuard<'a> {
     region: &'a Region,
 }
 
+/// A partial unmap or a drop under way on a region: [`Region::taking`].
+pub(crate) struct TakingGuard<'a> {
+    region: &'a Region,
+}
+
+impl Drop for TakingGuard<'_> {
+    fn drop(&mut self) {
+        self.region.takers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Drop for RegionGuard<'_> {
     fn drop(&mut self) {
         self.region.users.fetch_sub(1, Ordering::Release);
@@ -107,6 +121,7 @@ impl Region {
             pages: PageTable::try_new(npages)?,
             prefetcher,
             users: AtomicUsize::new(0),
+            takers: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
             advice: RcuCell::new(Vec::new()),
             deferred_error: Mutex::new(None),
@@ -279,6 +294,24 @@ impl Region {
     #[inline]
     pub fn is_closing(&self) -> bool {
         self.users.load(Ordering::Relaxed) & CLOSING != 0
+    }
+
+    /// Marks a partial unmap or a drop locking pages of the region, until
+    /// the guard is dropped. It locks its range page by page, waiting for
+    /// busy ones; a miss that holds one of them busy while it waits for
+    /// cache space that only those pages could give would wait for it for
+    /// ever. So a miss that finds no space to take while this is set gives
+    /// its page back and faults again ([`Shared::reserve`]).
+    ///
+    /// [`Shared::reserve`]: crate::shared::Shared
+    pub fn taking(&self) -> TakingGuard<'_> {
+        self.takers.fetch_add(1, Ordering::AcqRel);
+        TakingGuard { region: self }
+    }
+
+    /// Whether a partial unmap or a drop is locking pages of the region.
+    pub fn is_taking(&self) -> bool {
+        self.takers.load(Ordering::Acquire) != 0
     }
 
     /// Refuses new work and waits until the work under way is done.

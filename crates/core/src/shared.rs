@@ -115,6 +115,13 @@ pub(crate) struct Pool {
     pub space_waits: Waits,
     /// Writers waiting for dirty pages to be written back.
     pub dirty_waits: Waits,
+    /// Fillers: the addresses of first writes held at the dirty limit, the
+    /// writing thread left asleep on its fault (not woken), as the
+    /// kernel's writers sleep in `balance_dirty_pages`, while the fillers
+    /// go on serving other faults. The evictors wake them every round
+    /// ([`Shared::wake_parked_writers`]); each retries its write, and waits
+    /// again if the limit still holds.
+    pub parked: Mutex<Vec<(usize, usize)>>,
     /// A reservation that can never succeed was refused (its size), for
     /// `umio-watch` to log (the in-thread service may not).
     pub refused: AtomicU64,
@@ -132,6 +139,7 @@ impl Pool {
             writeback_stuck: AtomicBool::new(false),
             space_waits: Waits::default(),
             dirty_waits: Waits::default(),
+            parked: Mutex::new(Vec::new()),
             refused: AtomicU64::new(0),
         }
     }

@@ -21,6 +21,12 @@ impl Shared {
     pub(crate) fn unmap(&self, region: &Arc<Region>) -> Result<()> {
         region.close();
         let result = self.writeback_closing(region, 0..region.pages.len());
+        // What could not be written is lost with the region: no longer
+        // counted dirty in its pool (closed: nothing dirties it now).
+        self.count_undirty(
+            region,
+            region.dirty.load(std::sync::atomic::Ordering::Acquire),
+        );
         // Held until the memory is unmapped, so that a fixed mapping
         // replacing part of the region cannot be made in between and then
         // unmapped here.
@@ -109,6 +115,7 @@ impl Shared {
         let Some(_guard) = region.enter() else {
             return Err(Error::NotMapped);
         };
+        let _taking = region.taking();
         // The ranges lose pages: no longer promoted (their charge, if in
         // the huge-page pool, comes back to the region's pool first).
         self.demote_range(region, &pages);
