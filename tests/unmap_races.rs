@@ -588,3 +588,114 @@ fn a_failed_partial_munmap_leaves_the_region_whole_in_thread() {
         failed_partial_unmap(FaultService::InThread);
     }
 }
+
+/// A memory store whose reads of one page wait at a gate.
+struct OnePageGate {
+    inner: MemoryStore,
+    page: u64,
+    gate: Gate,
+}
+
+impl Store for OnePageGate {
+    fn len(&self) -> Result<u64, StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        if offset / PAGE as u64 == self.page {
+            self.gate.pass();
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn is_writable(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "one page gated"
+    }
+}
+
+/// A drop (`DontNeed`) locks its range page by page and waits for a page a
+/// miss holds busy (page 70, held in the store), while another miss in the
+/// range (page 100) holds its page busy and waits for cache space that
+/// only the pages the drop has locked could give. Before `Region::taking`,
+/// neither ever finished (a hang since the 30 s reclaim limit went; before
+/// that, SIGBUS after 30 s). A partial unmap locks its range the same way
+/// (`take_pages`), and takes the same way out.
+fn drop_while_a_miss_waits_for_space(service: FaultService) {
+    const GATED: usize = 70;
+    let rt = Runtime::builder()
+        .cache_bytes((64 * PAGE) as u64)
+        .page_size(PAGE)
+        .fillers(4)
+        .watermarks(100, 100)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    let store = Arc::new(OnePageGate {
+        inner: MemoryStore::new(vec![7u8; 128 * PAGE]),
+        page: GATED as u64,
+        gate: Gate::default(),
+    });
+    store.gate.close();
+    let m = Arc::new(map(&rt, store.clone(), MapOptions::new()).unwrap());
+    let base = m.as_ptr() as usize;
+    // SAFETY: pages of the live mapping, which `m` keeps mapped.
+    let peek = move |p: usize| unsafe { ((base + p * PAGE) as *const u8).read_volatile() };
+    for p in 0..64 {
+        assert_eq!(peek(p), 7);
+    }
+    // C: a miss on page 70, held in the store.
+    let c = std::thread::spawn(move || peek(GATED));
+    assert!(
+        store.gate.wait_for_caller(DEADLINE),
+        "C never reached the store"
+    );
+    // The cache full again, C's page holding the last frame.
+    let mut p = 0;
+    while m.resident_pages() < 63 && p < 128 {
+        if p != GATED && p != 100 && !m.is_resident(p * PAGE) {
+            peek(p);
+        }
+        p += 1;
+    }
+    // B: drops pages 0..128: locks 0..70, waits on 70.
+    let m2 = m.clone();
+    // SAFETY: no slice of the mapping lives; dropped pages are read again.
+    let b = std::thread::spawn(move || unsafe {
+        m2.advise_shared(0..128 * PAGE, umio::UncheckedAdvice::DontNeed)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // A: a miss on page 100, in B's range, with the cache full of pages B
+    // holds.
+    let a = std::thread::spawn(move || peek(100));
+    std::thread::sleep(Duration::from_millis(500));
+    store.gate.open();
+    // Hangs here without the fix (the child's deadline catches it).
+    assert_eq!(c.join().unwrap(), 7);
+    b.join().unwrap().unwrap();
+    assert_eq!(a.join().unwrap(), 7);
+    assert_eq!(peek(100), 7);
+}
+
+#[test]
+fn a_drop_and_a_miss_waiting_for_its_space_both_finish_fillers() {
+    if in_child("a_drop_and_a_miss_waiting_for_its_space_both_finish_fillers") {
+        drop_while_a_miss_waits_for_space(FaultService::Fillers);
+    }
+}
+
+#[test]
+fn a_drop_and_a_miss_waiting_for_its_space_both_finish_in_thread() {
+    if in_child("a_drop_and_a_miss_waiting_for_its_space_both_finish_in_thread") {
+        drop_while_a_miss_waits_for_space(FaultService::InThread);
+    }
+}
