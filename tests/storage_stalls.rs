@@ -115,6 +115,7 @@ fn child() {
         "enospc" => enospc(svc),
         "gate" => gated_stall(svc),
         "fsfreeze" => frozen_ext4(svc),
+        "ignored" => refused_with_sigbus_ignored(svc),
         other => panic!("no scenario {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -597,5 +598,86 @@ fn a_frozen_file_system_is_waited_for() {
     };
     for out in in_children("fsfreeze", &mnt, &thaw) {
         assert!(out.contains("frozen for"), "{out}");
+    }
+}
+
+/// A write refused (its store fails writes) while the program ignores
+/// SIGBUS: the kernel forces a fault's SIGBUS (the process ends), and so
+/// does umio; before, the fillers' sent SIGBUS was dropped and the write
+/// faulted again for ever.
+fn refused_with_sigbus_ignored(svc: FaultService) {
+    let rt = Runtime::builder()
+        .cache_bytes((64 * PAGE) as u64)
+        .page_size(PAGE)
+        .fillers(2)
+        .fault_service(svc)
+        .build()
+        .unwrap();
+    let store = Arc::new(FaultyStore::new(MemoryStore::new(vec![0u8; 8 * PAGE])));
+    // SAFETY: nothing but this mapping changes the store while a slice of
+    // it lives (none does).
+    let map = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone() as Arc<dyn Store>)
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+    }
+    .unwrap();
+    let base = map.as_ptr() as usize;
+    // SAFETY: pages of the live mapping.
+    unsafe {
+        (base as *const u8).read_volatile();
+        ((base + PAGE) as *const u8).read_volatile();
+        (base as *mut u8).write_volatile(1);
+    }
+    store.fail_writes(FaultTrigger::Always, libc::ENOSPC);
+    assert!(map.flush().is_err(), "the store fails its writes");
+    // SAFETY: SIG_IGN for SIGBUS; no handler runs.
+    unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+    println!("writing to a clean page with SIGBUS ignored");
+    std::io::stdout().flush().unwrap();
+    // SAFETY: a page of the live mapping; the write is refused.
+    unsafe { ((base + PAGE) as *mut u8).write_volatile(2) };
+    println!("the refused write went through");
+    std::io::stdout().flush().unwrap();
+    std::process::exit(3);
+}
+
+#[test]
+fn a_refused_write_ends_the_process_even_with_sigbus_ignored() {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os("UMIO_STORAGE_CHILD").is_some() {
+        return;
+    }
+    for svc in ["fillers", "in-thread"] {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env("UMIO_STORAGE_CHILD", "ignored")
+            .env("UMIO_STORAGE_SERVICE", svc)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + CHILD_DEADLINE;
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{svc}: the refused write faulted for ever (hung)");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+        assert!(out.contains("with SIGBUS ignored"), "{svc}: {out}");
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGBUS),
+            "{svc}: {status:?}\n{out}"
+        );
     }
 }

@@ -344,7 +344,30 @@ pub(crate) fn gettid() -> u32 {
 /// address, as in a fault's SIGBUS; `si_code` is `SI_QUEUE`, since only a
 /// thread itself may send a fault's codes. A thread blocked on the fault
 /// in the kernel takes it before it retries the access.
+///
+/// The kernel forces a fault's SIGBUS: ignored or blocked, it is
+/// delivered under the default action all the same, which ends the
+/// process. A sent one would be dropped (ignored) or left pending
+/// (blocked), and the refused write would fault again for ever. So where
+/// SIGBUS is ignored, the default action is put back first; where the
+/// thread blocks it, it is sent to the process (a thread that does not
+/// block it takes it, under the default action, and the process ends, as
+/// it would have under the kernel). Not from a signal handler.
 pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
+    // SAFETY: a zeroed struct, filled by the kernel.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: queries the action into `cur`.
+    let ignored = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } == 0
+        && cur.sa_sigaction == libc::SIG_IGN;
+    if ignored {
+        set_sigbus_default();
+    }
+    if thread_blocks_sigbus(tid) {
+        set_sigbus_default();
+        // SAFETY: kill takes no pointer.
+        let r = unsafe { libc::kill(libc::getpid(), libc::SIGBUS) };
+        return if r == 0 { Ok(()) } else { Err(errno()) };
+    }
     // SAFETY: a zeroed siginfo is valid; getpid cannot fail.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     info.si_signo = libc::SIGBUS;
@@ -372,6 +395,20 @@ pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
         )
     };
     if r == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// Whether thread `tid` of this process blocks SIGBUS (`SigBlk` of its
+/// `/proc` status). Allocates: not from a signal handler.
+fn thread_blocks_sigbus(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else {
+        return false;
+    };
+    let bus = 1u64 << (libc::SIGBUS - 1);
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & bus != 0)
 }
 
 /// Sleeps while `word` holds `expected`, at most `timeout_ns`.
