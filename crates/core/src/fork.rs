@@ -70,6 +70,7 @@ extern "C" fn child() {
     }
     crate::rcu::after_fork();
     crate::in_thread::after_fork();
+    crate::report::after_fork();
 }
 
 /// The lock word of a [`ForkMutex`]: 0 when free, else the holder's

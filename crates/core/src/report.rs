@@ -227,6 +227,23 @@ impl fmt::Write for StackLine {
     }
 }
 
+/// In a fork child: a drain or a report the parent's other threads were
+/// in the middle of is over (those threads are not in the child). The
+/// ring starts empty; a slot left half-written is free again. Otherwise a
+/// drain left marked running would keep the child from logging anything
+/// its handlers record.
+pub(crate) fn after_fork() {
+    for slot in &RING.slots {
+        if slot.seq.load(Ordering::Relaxed) % 2 == 1 {
+            slot.seq.store(0, Ordering::Relaxed);
+        }
+    }
+    let head = RING.head.load(Ordering::Relaxed);
+    RING.tail.store(head, Ordering::Relaxed);
+    RING.lost.store(0, Ordering::Relaxed);
+    RING.draining.store(false, Ordering::Release);
+}
+
 const SLOTS: usize = 64;
 const WORDS: usize = 5;
 
