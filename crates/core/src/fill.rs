@@ -242,13 +242,11 @@ impl Shared {
             if let Some(e) = failed() {
                 return Err(e);
             }
+            // No background mark below the limit: the eviction for the
+            // limit drops the pages it writes, and a cache with room for
+            // every dirty page should keep them (written back when evicted
+            // for space, or flushed, as before).
             let dirty = pool.dirty.load(Relaxed) + bytes;
-            if dirty > pool.dirty_limit() / 2 {
-                // Past the background mark: the evictors start on the
-                // dirty pages, so that writers seldom meet the limit.
-                pool.dirty_wanted.store(true, Relaxed);
-                self.kick_evictors();
-            }
             if dirty <= pool.dirty_limit()
                 || pool.writeback_stuck.load(Relaxed)
                 || region.is_closing()
