@@ -247,7 +247,10 @@ impl Shared {
             // every dirty page should keep them (written back when evicted
             // for space, or flushed, as before).
             let dirty = pool.dirty.load(Relaxed) + bytes;
+            // Without evictors (`Builder::evictors(0)`) nobody would write
+            // the dirty pages back for a waiting writer: no limit then.
             if dirty <= pool.dirty_limit()
+                || self.cfg().evictors == 0
                 || pool.writeback_stuck.load(Relaxed)
                 || region.is_closing()
                 || region.is_taking()
