@@ -258,14 +258,16 @@ impl Shared {
             {
                 return Ok(DirtyNow::Go);
             }
+            // At the limit: the evictors write dirty pages back (and drop
+            // them) down to half the limit.
+            pool.dirty_wanted.store(true, Relaxed);
+            self.kick_evictors();
             if !self.in_thread() {
                 // A filler neither waits here (it would keep every other
                 // fault, readers' too, waiting) nor writes to the store
                 // itself (a store whose writes hang would take every
                 // filler): the writer waits, asleep on its fault, while
                 // the evictors write dirty pages back.
-                pool.dirty_wanted.store(true, Relaxed);
-                self.kick_evictors();
                 return Ok(DirtyNow::Wait);
             }
             // In-thread, the writer's own thread waits (the kernel's
