@@ -386,16 +386,9 @@ fn other_thread_blocks_sigbus() -> bool {
     };
     let bus = 1u64 << (libc::SIGBUS - 1);
     let internal = 1u64 << (32 - 1);
-    tasks.flatten().any(|t| {
-        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
-            return false;
-        };
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("SigBlk:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .is_some_and(|m| m & bus != 0 && m & internal == 0)
-    })
+    tasks
+        .flatten()
+        .any(|t| signal::blocked_mask(&t.path()).is_some_and(|m| m & bus != 0 && m & internal == 0))
 }
 
 /// What the service made of a SIGBUS.

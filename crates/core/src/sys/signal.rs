@@ -128,11 +128,17 @@ pub(crate) fn set_sigbus_default() {
 
 /// Whether SIGBUS's action is now the default action.
 pub(crate) fn sigbus_is_default() -> bool {
+    sigbus_action() == Some(libc::SIG_DFL)
+}
+
+/// SIGBUS's action now (`SIG_DFL`, `SIG_IGN` or a handler), if it can be
+/// read.
+fn sigbus_action() -> Option<libc::sighandler_t> {
     // SAFETY: a zeroed struct, filled by the kernel.
     let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: queries the action into `cur`.
     let r = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) };
-    r == 0 && cur.sa_sigaction == libc::SIG_DFL
+    (r == 0).then_some(cur.sa_sigaction)
 }
 
 /// Sends SIGBUS with `info` to the calling thread again
@@ -354,12 +360,7 @@ pub(crate) fn gettid() -> u32 {
 /// block it takes it, under the default action, and the process ends, as
 /// it would have under the kernel). Not from a signal handler.
 pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
-    // SAFETY: a zeroed struct, filled by the kernel.
-    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: queries the action into `cur`.
-    let ignored = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } == 0
-        && cur.sa_sigaction == libc::SIG_IGN;
-    if ignored {
+    if sigbus_action() == Some(libc::SIG_IGN) {
         set_sigbus_default();
     }
     if thread_blocks_sigbus(tid) {
@@ -397,18 +398,22 @@ pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
     if r == 0 { Ok(()) } else { Err(errno()) }
 }
 
-/// Whether thread `tid` of this process blocks SIGBUS (`SigBlk` of its
-/// `/proc` status). Allocates: not from a signal handler.
+/// Whether thread `tid` of this process blocks SIGBUS.
 fn thread_blocks_sigbus(tid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else {
-        return false;
-    };
     let bus = 1u64 << (libc::SIGBUS - 1);
+    blocked_mask(std::path::Path::new(&format!("/proc/self/task/{tid}")))
+        .is_some_and(|m| m & bus != 0)
+}
+
+/// The blocked-signal mask of the thread whose `/proc` directory is `task`
+/// (`SigBlk` of its `status`; bit `n - 1` for signal `n`), if it can be
+/// read. Allocates: not from a signal handler.
+pub(crate) fn blocked_mask(task: &std::path::Path) -> Option<u64> {
+    let status = std::fs::read_to_string(task.join("status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("SigBlk:"))
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|m| m & bus != 0)
 }
 
 /// Sleeps while `word` holds `expected`, at most `timeout_ns`.
