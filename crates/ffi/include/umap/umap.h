@@ -215,30 +215,43 @@ struct StoreShim {
 /* A Store's result as umio's: bytes, or a negative errno. */
 inline std::int64_t failed(void) { return -(errno > 0 ? errno : EIO); }
 
-inline std::int64_t store_read(void* user, std::uint64_t offset, void* buf, std::size_t len) {
-  StoreShim* s = static_cast<StoreShim*>(user);
-  char* p = static_cast<char*>(buf);
+/* Calls `call(done, n, at)` for each piece of [offset, offset + len) that
+   stays within one page (UMap's stores take at most a page a call), with
+   errno cleared and exceptions caught; the first negative result ends the
+   walk with that errno. */
+template <class Call>
+inline std::int64_t by_page(const StoreShim* s, std::uint64_t offset, std::size_t len, Call call) {
   std::size_t done = 0;
   while (done < len) {
     std::uint64_t at = offset + done;
     std::size_t n = (std::size_t)(s->page - at % s->page);
     if (n > len - done) n = len - done;
-    ssize_t got;
+    ssize_t r;
     errno = 0;
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
     try {
-      got = s->store->read_from_store(p + done, n, (off_t)at);
+      r = call(done, n, at);
     } catch (...) {
       return -EIO;
     }
 #else
-    got = s->store->read_from_store(p + done, n, (off_t)at);
+    r = call(done, n, at);
 #endif
-    if (got < 0) return failed();
-    if ((std::size_t)got < n) std::memset(p + done + got, 0, n - (std::size_t)got);
+    if (r < 0) return failed();
     done += n;
   }
   return (std::int64_t)len;
+}
+
+/* A short read is the store's end: the rest of the piece reads as zeros. */
+inline std::int64_t store_read(void* user, std::uint64_t offset, void* buf, std::size_t len) {
+  StoreShim* s = static_cast<StoreShim*>(user);
+  char* p = static_cast<char*>(buf);
+  return by_page(s, offset, len, [&](std::size_t done, std::size_t n, std::uint64_t at) -> ssize_t {
+    ssize_t got = s->store->read_from_store(p + done, n, (off_t)at);
+    if (got >= 0 && (std::size_t)got < n) std::memset(p + done + got, 0, n - (std::size_t)got);
+    return got;
+  });
 }
 
 /* As UMap takes them, a write's non-negative result is the whole call
@@ -247,26 +260,9 @@ inline std::int64_t store_write(void* user, std::uint64_t offset, const void* bu
   StoreShim* s = static_cast<StoreShim*>(user);
   /* Store's interface takes char*; stores do not write through it. */
   char* p = static_cast<char*>(const_cast<void*>(buf));
-  std::size_t done = 0;
-  while (done < len) {
-    std::uint64_t at = offset + done;
-    std::size_t n = (std::size_t)(s->page - at % s->page);
-    if (n > len - done) n = len - done;
-    ssize_t put;
-    errno = 0;
-#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
-    try {
-      put = s->store->write_to_store(p + done, n, (off_t)at);
-    } catch (...) {
-      return -EIO;
-    }
-#else
-    put = s->store->write_to_store(p + done, n, (off_t)at);
-#endif
-    if (put < 0) return failed();
-    done += n;
-  }
-  return (std::int64_t)len;
+  return by_page(s, offset, len, [&](std::size_t done, std::size_t n, std::uint64_t at) -> ssize_t {
+    return s->store->write_to_store(p + done, n, (off_t)at);
+  });
 }
 
 inline std::int64_t store_size(void* user) {

@@ -104,19 +104,10 @@ namespace Umap {
 
     ssize_t read_from_store(char* buf, std::size_t nb, off_t off)
     {
-      if (off < 0) {
-        errno = EINVAL;
-        return -1;
-      }
-      std::size_t done = 0;
-      while (done < nb) {
-        std::uint64_t at = (std::uint64_t)off + done;
-        std::uint64_t index = at / file_size;
-        std::uint64_t in_file = at % file_size;
-        std::size_t n = (std::size_t)std::min<std::uint64_t>(nb - done, file_size - in_file);
+      int r = by_file(off, nb, [&](std::uint64_t index, std::uint64_t in_file, std::size_t done, std::size_t n) {
         if (index >= num_files) {
           std::memset(buf + done, 0, nb - done);
-          break;
+          return 1;
         }
         int fd = get_fd(index, false);
         if (fd == -1)
@@ -134,8 +125,10 @@ namespace Umap {
         }
         /* No file yet, or a short one: never written. */
         std::memset(buf + done + got, 0, n - got);
-        done += n;
-      }
+        return 0;
+      });
+      if (r < 0)
+        return -1;
       numreads++;
       return (ssize_t)nb;
     }
@@ -146,16 +139,7 @@ namespace Umap {
         errno = EBADF;
         return -1;
       }
-      if (off < 0) {
-        errno = EINVAL;
-        return -1;
-      }
-      std::size_t done = 0;
-      while (done < nb) {
-        std::uint64_t at = (std::uint64_t)off + done;
-        std::uint64_t index = at / file_size;
-        std::uint64_t in_file = at % file_size;
-        std::size_t n = (std::size_t)std::min<std::uint64_t>(nb - done, file_size - in_file);
+      int r = by_file(off, nb, [&](std::uint64_t index, std::uint64_t in_file, std::size_t done, std::size_t n) {
         if (index >= num_files) {
           errno = EFBIG;
           return -1;
@@ -176,8 +160,10 @@ namespace Umap {
           }
           put += (std::size_t)w;
         }
-        done += n;
-      }
+        return 0;
+      });
+      if (r < 0)
+        return -1;
       numwrites++;
       return (ssize_t)nb;
     }
@@ -209,6 +195,34 @@ namespace Umap {
     }
 
   private:
+    /* Calls `call(index, in_file, done, n)` for each piece of
+       [off, off + nb) that lies within one of the store's files, in
+       order: a negative result ends the walk with -1 (errno set by the
+       call), a positive one ends it early with 0. A negative offset is
+       EINVAL. */
+    template <class Call>
+    int by_file(off_t off, std::size_t nb, Call call)
+    {
+      if (off < 0) {
+        errno = EINVAL;
+        return -1;
+      }
+      std::size_t done = 0;
+      while (done < nb) {
+        std::uint64_t at = (std::uint64_t)off + done;
+        std::uint64_t index = at / file_size;
+        std::uint64_t in_file = at % file_size;
+        std::size_t n = (std::size_t)std::min<std::uint64_t>(nb - done, file_size - in_file);
+        int r = call(index, in_file, done, n);
+        if (r < 0)
+          return -1;
+        if (r > 0)
+          break;
+        done += n;
+      }
+      return 0;
+    }
+
     std::size_t file_size;
     std::size_t current_capacity;
     std::uint64_t num_files;
