@@ -115,7 +115,8 @@ fn child() {
         "enospc" => enospc(svc),
         "gate" => gated_stall(svc),
         "fsfreeze" => frozen_ext4(svc),
-        "ignored" => refused_with_sigbus_ignored(svc),
+        "ignored" => refused_with_sigbus_ignored(svc, false),
+        "ignored-mixed" => refused_with_sigbus_ignored(svc, true),
         other => panic!("no scenario {other}"),
     }
     std::io::stdout().flush().unwrap();
@@ -605,7 +606,30 @@ fn a_frozen_file_system_is_waited_for() {
 /// SIGBUS: the kernel forces a fault's SIGBUS (the process ends), and so
 /// does umio; before, the fillers' sent SIGBUS was dropped and the write
 /// faulted again for ever.
-fn refused_with_sigbus_ignored(svc: FaultService) {
+///
+/// `mixed`: the program ignores SIGBUS before an in-thread runtime
+/// installs umio's handler (which keeps "ignore" as the action it
+/// replaced), and the refused write is a fillers region's: the sent
+/// SIGBUS meets umio's handler, which must treat it as the write's fault,
+/// not as a `kill` to ignore (before, it was dropped: the write faulted
+/// for ever).
+fn refused_with_sigbus_ignored(svc: FaultService, mixed: bool) {
+    let _in_thread = mixed.then(|| {
+        // SAFETY: SIG_IGN for SIGBUS; no handler runs.
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+        let rt = Runtime::builder()
+            .cache_bytes((16 * PAGE) as u64)
+            .page_size(PAGE)
+            .fault_service(FaultService::InThread)
+            .build()
+            .unwrap();
+        // SAFETY: a private store only this mapping uses.
+        let map =
+            unsafe { rt.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![5u8; PAGE])))) }
+                .unwrap();
+        assert_eq!(map[0], 5, "the in-thread region serves its fault");
+        (rt, map)
+    });
     let rt = Runtime::builder()
         .cache_bytes((64 * PAGE) as u64)
         .page_size(PAGE)
@@ -634,8 +658,10 @@ fn refused_with_sigbus_ignored(svc: FaultService) {
     }
     store.fail_writes(FaultTrigger::Always, libc::ENOSPC);
     assert!(map.flush().is_err(), "the store fails its writes");
-    // SAFETY: SIG_IGN for SIGBUS; no handler runs.
-    unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+    if !mixed {
+        // SAFETY: SIG_IGN for SIGBUS; no handler runs.
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+    }
     println!("writing to a clean page with SIGBUS ignored");
     std::io::stdout().flush().unwrap();
     // SAFETY: a page of the live mapping; the write is refused.
@@ -651,10 +677,14 @@ fn a_refused_write_ends_the_process_even_with_sigbus_ignored() {
     if std::env::var_os("UMIO_STORAGE_CHILD").is_some() {
         return;
     }
-    for svc in ["fillers", "in-thread"] {
+    for (svc, scenario) in [
+        ("fillers", "ignored"),
+        ("in-thread", "ignored"),
+        ("fillers", "ignored-mixed"),
+    ] {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env("UMIO_STORAGE_CHILD", "ignored")
+            .env("UMIO_STORAGE_CHILD", scenario)
             .env("UMIO_STORAGE_SERVICE", svc)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -667,17 +697,20 @@ fn a_refused_write_ends_the_process_even_with_sigbus_ignored() {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("{svc}: the refused write faulted for ever (hung)");
+                panic!("{svc} {scenario}: the refused write faulted for ever (hung)");
             }
             std::thread::sleep(Duration::from_millis(50));
         };
         let mut out = String::new();
         std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-        assert!(out.contains("with SIGBUS ignored"), "{svc}: {out}");
+        assert!(
+            out.contains("with SIGBUS ignored"),
+            "{svc} {scenario}: {out}"
+        );
         assert_eq!(
             status.signal(),
             Some(libc::SIGBUS),
-            "{svc}: {status:?}\n{out}"
+            "{svc} {scenario}: {status:?}\n{out}"
         );
     }
 }

@@ -428,8 +428,13 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     };
     if verdict != Verdict::Retry {
         // Sent (`kill`, `raise`, `sigqueue`: `si_code <= 0`), or an
-        // action-optional memory error: no access is retried.
-        let asynchronous = fault.code <= 0 || fault.code == libc::BUS_MCEERR_AO;
+        // action-optional memory error: no access is retried. A write a
+        // filler refused (a region of the fillers' in this process) is
+        // sent too, but stands for that write's fault, retried on return:
+        // ignoring it must not let the write fault for ever.
+        // SAFETY: the handler's own `info`.
+        let refused = unsafe { signal::is_refused_write(info) };
+        let asynchronous = !refused && (fault.code <= 0 || fault.code == libc::BUS_MCEERR_AO);
         // SAFETY: the handler's own arguments.
         unsafe { chain(sig, info, ctx, asynchronous) };
     }

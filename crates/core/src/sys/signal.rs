@@ -377,14 +377,17 @@ pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
     // pointer; a fault's address is its first field.
     let union_at =
         (3 * std::mem::size_of::<libc::c_int>()).next_multiple_of(std::mem::align_of::<usize>());
-    // SAFETY: within the siginfo (128 bytes), aligned for a pointer.
+    // SAFETY: within the siginfo (128 bytes), aligned for a pointer; the
+    // mark is the word after the address (`sigqueue`'s value).
     unsafe {
-        (&mut info as *mut libc::siginfo_t)
+        let at = (&mut info as *mut libc::siginfo_t)
             .cast::<u8>()
-            .add(union_at)
+            .add(union_at);
+        at.cast::<usize>().write(addr);
+        at.add(std::mem::size_of::<usize>())
             .cast::<usize>()
-            .write(addr)
-    };
+            .write(REFUSAL_MARK);
+    }
     // SAFETY: a valid siginfo for a signal to a thread of this process.
     let r = unsafe {
         libc::syscall(
@@ -396,6 +399,33 @@ pub(crate) fn sigbus_thread(tid: u32, addr: usize) -> Result<(), i32> {
         )
     };
     if r == 0 { Ok(()) } else { Err(errno()) }
+}
+
+/// The word that marks a SIGBUS [`sigbus_thread`] sent (after `si_addr`):
+/// umio's own SIGBUS handler, where a process has one (the in-thread
+/// service), takes it for the fault it stands for, not for a `kill`.
+const REFUSAL_MARK: usize = 0x7573_6d69_6f5f_7772;
+
+/// Whether `info` is a SIGBUS [`sigbus_thread`] sent: a refused write's,
+/// to be treated as that write's fault (the kernel forces a fault's
+/// SIGBUS: ignoring it does not let the write through).
+///
+/// # Safety
+/// `info` is the `siginfo_t` of a SIGBUS handler running now.
+pub(crate) unsafe fn is_refused_write(info: *const libc::siginfo_t) -> bool {
+    let union_at =
+        (3 * std::mem::size_of::<libc::c_int>()).next_multiple_of(std::mem::align_of::<usize>());
+    // SAFETY: the handler's siginfo (128 bytes); the word read lies within
+    // its union, aligned for a pointer.
+    unsafe {
+        (*info).si_code == libc::SI_QUEUE
+            && info
+                .cast::<u8>()
+                .add(union_at + std::mem::size_of::<usize>())
+                .cast::<usize>()
+                .read()
+                == REFUSAL_MARK
+    }
 }
 
 /// Whether thread `tid` of this process blocks SIGBUS.
