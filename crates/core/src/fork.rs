@@ -26,7 +26,10 @@
 //! Not covered: a fork that runs no `pthread_atfork` handlers (a raw
 //! `clone` or `SYS_fork`); a fork made by a thread inside an RCU read
 //! section (from a policy's `select_victims`, say), whose reads the child
-//! would no longer protect.
+//! would no longer protect; a fork while another thread runs the
+//! process's one-time setup (the kernel probe of the first runtime, the
+//! in-thread service's first start: `OnceLock`s), whose child would wait
+//! for that setup for ever if it started umio.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
