@@ -4,13 +4,15 @@
 
 mod common;
 
+use common::{Hooked, StoreHooks};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use umio::backends::{FaultTrigger, FaultyStore, MemoryStore, StoreError};
-use umio::{Mapping, PrefetchKind, Runtime, Store};
+use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
+use umio::{Mapping, PrefetchKind, Runtime};
 
 const PAGE: usize = 16 << 10;
 /// How long a test waits for progress before it calls the runtime hung.
@@ -253,8 +255,7 @@ fn wait_with_timeout(mut child: std::process::Child, limit: Duration) -> std::pr
 
 /// A memory store whose reads block while the gate is closed, as a dead
 /// NFS server or a wedged device would.
-struct HangingStore {
-    inner: MemoryStore,
+struct Hang {
     closed: Mutex<bool>,
     opened: Condvar,
     /// Reads blocked now.
@@ -263,31 +264,30 @@ struct HangingStore {
     most_blocked: AtomicUsize,
 }
 
-impl HangingStore {
-    fn new(data: Vec<u8>) -> Arc<HangingStore> {
-        Arc::new(HangingStore {
-            inner: MemoryStore::new(data),
+type HangingStore = Hooked<Hang>;
+
+fn hanging_store(data: Vec<u8>) -> Arc<HangingStore> {
+    Hooked::new(
+        data,
+        "hanging",
+        Hang {
             closed: Mutex::new(true),
             opened: Condvar::new(),
             blocked: AtomicUsize::new(0),
             most_blocked: AtomicUsize::new(0),
-        })
-    }
+        },
+    )
+}
 
+impl Hang {
     fn open(&self) {
         *self.closed.lock().unwrap() = false;
         self.opened.notify_all();
     }
 }
 
-impl Store for HangingStore {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for Hang {
+    fn before_read(&self, _offset: u64) {
         let mut closed = self.closed.lock().unwrap();
         if *closed {
             let n = self.blocked.fetch_add(1, SeqCst) + 1;
@@ -297,20 +297,6 @@ impl Store for HangingStore {
             }
             self.blocked.fetch_sub(1, SeqCst);
         }
-        drop(closed);
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "hanging"
     }
 }
 
@@ -329,7 +315,7 @@ fn hanging_store_leaves_other_regions_alone(fillers: usize, prefetch: PrefetchKi
         .unwrap();
     let data_a = pattern(PAGES * PAGE, 3);
     let data_b = pattern(PAGES * PAGE, 4);
-    let store_a = HangingStore::new(data_a.clone());
+    let store_a = hanging_store(data_a.clone());
     let store_b = Arc::new(MemoryStore::new(data_b.clone()));
     let a = Arc::new(common::map_store(&rt, &store_a, false, prefetch));
     let b = Arc::new(common::map_store(&rt, &store_b, false, prefetch));

@@ -4,11 +4,12 @@
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use umio::backends::{MemoryStore, Store, StoreError};
+use umio::backends::{MemoryStore, Store};
 use umio::{Error, MapOptions, PrefetchKind, Runtime};
 
 mod common;
 use common::rw_file_with as file_with;
+use common::{Hooked, StoreHooks};
 
 const PAGE: usize = 4096;
 
@@ -29,33 +30,14 @@ fn runtime(cache_pages: u64) -> Runtime {
 }
 
 /// A memory store that logs the offset of every read.
+#[derive(Default)]
 struct ReadLog {
-    inner: MemoryStore,
     offsets: std::sync::Mutex<Vec<u64>>,
 }
 
-impl Store for ReadLog {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for ReadLog {
+    fn before_read(&self, offset: u64) {
         self.offsets.lock().unwrap().push(offset);
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "read-log"
     }
 }
 
@@ -69,10 +51,7 @@ fn is_mapped(addr: usize, len: usize) -> bool {
 #[test]
 fn pinned_pages_survive_eviction_and_their_writes_are_written_back() {
     let data = pattern(256 * PAGE, 1);
-    let store = Arc::new(ReadLog {
-        inner: MemoryStore::new(data.clone()),
-        offsets: Default::default(),
-    });
+    let store = Hooked::new(data.clone(), "read-log", ReadLog::default());
     let rt = runtime(64);
     // SAFETY: nothing but this mapping changes the store while a slice of it lives.
     let map = unsafe { rt.map(MapOptions::new().store(store.clone()).writable(true)) }.unwrap();
@@ -107,7 +86,7 @@ fn pinned_pages_survive_eviction_and_their_writes_are_written_back() {
         "a pinned page was read again"
     );
     map.flush().unwrap();
-    assert_eq!(store.inner.snapshot()[3 * PAGE], 0xAB);
+    assert_eq!(store.memory().snapshot()[3 * PAGE], 0xAB);
     // Unpinned, they go like any page.
     map.unpin(0..8 * PAGE).unwrap();
     for p in 8..256 {

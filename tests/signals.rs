@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_same, random_bytes};
+use common::{Hooked, StoreHooks, assert_same, random_bytes};
 use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
 use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store, StoreError};
 
@@ -375,20 +375,14 @@ extern "C" fn on_usr1(_: libc::c_int) {
 
 /// A store whose reads wait (up to 30 s) for SIGUSR1's handler to have
 /// run, and say whether it had.
+#[derive(Default)]
 struct WaitsForSignal {
-    inner: MemoryStore,
     reading: AtomicBool,
     saw_signal: Mutex<Option<bool>>,
 }
 
-impl Store for WaitsForSignal {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for WaitsForSignal {
+    fn before_read(&self, _offset: u64) {
         self.reading.store(true, Ordering::SeqCst);
         let end = Instant::now() + Duration::from_secs(30);
         while !USR1_HANDLED.load(Ordering::SeqCst) && Instant::now() < end {
@@ -396,19 +390,6 @@ impl Store for WaitsForSignal {
         }
         let mut saw = self.saw_signal.lock().unwrap();
         saw.get_or_insert(USR1_HANDLED.load(Ordering::SeqCst));
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        false
-    }
-    fn name(&self) -> &str {
-        "waits-for-signal"
     }
 }
 
@@ -426,11 +407,7 @@ fn other_signals_are_delivered_while_a_fault_is_served() {
         USR1_HANDLED.store(false, Ordering::SeqCst);
         let rt = runtime(service);
         let data = random_bytes(1 << 16, 7);
-        let store = Arc::new(WaitsForSignal {
-            inner: MemoryStore::new(data.clone()),
-            reading: AtomicBool::new(false),
-            saw_signal: Mutex::new(None),
-        });
+        let store = Hooked::read_only(data.clone(), "waits-for-signal", WaitsForSignal::default());
         let m = Arc::new(
             // SAFETY: nothing but this mapping changes the store while a slice of it lives.
             unsafe {

@@ -18,12 +18,14 @@
 
 mod common;
 
+use common::{Gate, Hooked, StoreHooks};
+
 use std::process::Command;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::MemoryStore;
-use umio::{Error, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store, StoreError};
+use umio::{Error, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store};
 
 const PAGE: usize = 4096;
 /// A hang detector only, generous for a loaded machine.
@@ -69,89 +71,26 @@ fn in_child(name: &str) -> bool {
     false
 }
 
-/// Where calls of one kind wait while the gate is closed.
-#[derive(Default)]
-struct Gate {
-    /// (closed, callers waiting)
-    state: Mutex<(bool, usize)>,
-    changed: Condvar,
-}
-
-impl Gate {
-    fn close(&self) {
-        self.state.lock().unwrap().0 = true;
-    }
-
-    fn open(&self) {
-        self.state.lock().unwrap().0 = false;
-        self.changed.notify_all();
-    }
-
-    /// Called by the store: waits while the gate is closed.
-    fn pass(&self) {
-        let mut g = self.state.lock().unwrap();
-        if !g.0 {
-            return;
-        }
-        g.1 += 1;
-        self.changed.notify_all();
-        let mut g = self.changed.wait_while(g, |g| g.0).unwrap();
-        g.1 -= 1;
-    }
-
-    /// Waits until a caller waits at the gate, or `limit` passed; whether
-    /// one does.
-    fn wait_for_caller(&self, limit: Duration) -> bool {
-        let g = self.state.lock().unwrap();
-        let (g, _) = self
-            .changed
-            .wait_timeout_while(g, limit, |g| g.1 == 0)
-            .unwrap();
-        g.1 > 0
-    }
-}
-
 /// A memory store whose reads and syncs wait at gates.
-struct GatedStore {
-    inner: MemoryStore,
+#[derive(Default)]
+struct Gates {
     reads: Gate,
     syncs: Gate,
 }
 
-impl GatedStore {
-    fn new(bytes: Vec<u8>) -> Arc<GatedStore> {
-        Arc::new(GatedStore {
-            inner: MemoryStore::new(bytes),
-            reads: Gate::default(),
-            syncs: Gate::default(),
-        })
+impl StoreHooks for Gates {
+    fn before_read(&self, _offset: u64) {
+        self.reads.pass();
+    }
+    fn before_sync(&self) {
+        self.syncs.pass();
     }
 }
 
-impl Store for GatedStore {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        self.reads.pass();
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        self.syncs.pass();
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "gated"
-    }
+type GatedStore = Hooked<Gates>;
+
+fn gated_store(bytes: Vec<u8>) -> Arc<GatedStore> {
+    Hooked::new(bytes, "gated", Gates::default())
 }
 
 fn runtime(service: FaultService) -> Runtime {
@@ -256,7 +195,7 @@ fn miss_beside_a_range_being_unmapped(service: FaultService, newcomer: Newcomer)
     // its own, which could land in the hole.
     let other_rt = matches!(newcomer, Newcomer::OtherRuntime).then(|| runtime(service));
     let data = a_bytes(PAGES);
-    let store_a = GatedStore::new(data.clone());
+    let store_a = gated_store(data.clone());
     let a = Arc::new(map(&rt, store_a.clone(), MapOptions::new()).unwrap());
     let base = a.as_ptr() as usize;
     // A page read before, so the unmap has a resident page to release.
@@ -364,7 +303,7 @@ enum Filler {
 fn fill_in_the_store_keeps_an_unmap_waiting(service: FaultService, filler: Filler) {
     const PAGES: usize = 16;
     let rt = runtime(service);
-    let store_a = GatedStore::new(vec![7; PAGES * PAGE]);
+    let store_a = gated_store(vec![7; PAGES * PAGE]);
     let a = Arc::new(map(&rt, store_a.clone(), MapOptions::new()).unwrap());
     let base = a.as_ptr() as usize;
     store_a.reads.close();
@@ -591,35 +530,15 @@ fn a_failed_partial_munmap_leaves_the_region_whole_in_thread() {
 
 /// A memory store whose reads of one page wait at a gate.
 struct OnePageGate {
-    inner: MemoryStore,
     page: u64,
     gate: Gate,
 }
 
-impl Store for OnePageGate {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for OnePageGate {
+    fn before_read(&self, offset: u64) {
         if offset / PAGE as u64 == self.page {
             self.gate.pass();
         }
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "one page gated"
     }
 }
 
@@ -640,11 +559,14 @@ fn drop_while_a_miss_waits_for_space(service: FaultService) {
         .fault_service(service)
         .build()
         .unwrap();
-    let store = Arc::new(OnePageGate {
-        inner: MemoryStore::new(vec![7u8; 128 * PAGE]),
-        page: GATED as u64,
-        gate: Gate::default(),
-    });
+    let store = Hooked::new(
+        vec![7u8; 128 * PAGE],
+        "one page gated",
+        OnePageGate {
+            page: GATED as u64,
+            gate: Gate::default(),
+        },
+    );
     store.gate.close();
     let m = Arc::new(map(&rt, store.clone(), MapOptions::new()).unwrap());
     let base = m.as_ptr() as usize;

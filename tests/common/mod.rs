@@ -232,3 +232,127 @@ pub fn log_to_stderr() {
         log::set_max_level(log::LevelFilter::Warn);
     }
 }
+
+/// What a [`Hooked`] store does before it passes a call to its memory
+/// store: wait at a gate, log, count. Both default to nothing.
+pub trait StoreHooks: Send + Sync + 'static {
+    /// Before each read, with its offset.
+    fn before_read(&self, _offset: u64) {}
+    /// Before each sync.
+    fn before_sync(&self) {}
+}
+
+/// A memory store that runs its hooks (the state a test watches, which
+/// it derefs to) before reads and syncs: the gated, logging and hanging
+/// stores of the tests, without each writing the store out again.
+pub struct Hooked<H> {
+    inner: umio::backends::MemoryStore,
+    name: &'static str,
+    writable: bool,
+    hooks: H,
+}
+
+impl<H: StoreHooks> Hooked<H> {
+    /// A writable store of `bytes` named `name`.
+    pub fn new(bytes: Vec<u8>, name: &'static str, hooks: H) -> Arc<Hooked<H>> {
+        Arc::new(Hooked {
+            inner: umio::backends::MemoryStore::new(bytes),
+            name,
+            writable: true,
+            hooks,
+        })
+    }
+
+    /// The same, read-only.
+    pub fn read_only(bytes: Vec<u8>, name: &'static str, hooks: H) -> Arc<Hooked<H>> {
+        Arc::new(Hooked {
+            inner: umio::backends::MemoryStore::new(bytes),
+            name,
+            writable: false,
+            hooks,
+        })
+    }
+}
+
+impl<H> Hooked<H> {
+    /// The memory store behind the hooks.
+    pub fn memory(&self) -> &umio::backends::MemoryStore {
+        &self.inner
+    }
+}
+
+impl<H> std::ops::Deref for Hooked<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.hooks
+    }
+}
+
+impl<H: StoreHooks> Store for Hooked<H> {
+    fn len(&self) -> Result<u64, umio::StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), umio::StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, umio::StoreError> {
+        self.hooks.before_read(offset);
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), umio::StoreError> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), umio::StoreError> {
+        self.hooks.before_sync();
+        Ok(())
+    }
+    fn is_writable(&self) -> bool {
+        self.writable
+    }
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+/// A gate a store's calls wait at while it is closed, which a test opens
+/// when it has seen a caller wait (the window it means to open).
+#[derive(Default)]
+pub struct Gate {
+    /// (closed, callers waiting)
+    state: std::sync::Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    pub fn close(&self) {
+        self.state.lock().unwrap().0 = true;
+    }
+
+    pub fn open(&self) {
+        self.state.lock().unwrap().0 = false;
+        self.changed.notify_all();
+    }
+
+    /// Called by the store: waits while the gate is closed.
+    pub fn pass(&self) {
+        let mut g = self.state.lock().unwrap();
+        if !g.0 {
+            return;
+        }
+        g.1 += 1;
+        self.changed.notify_all();
+        let mut g = self.changed.wait_while(g, |g| g.0).unwrap();
+        g.1 -= 1;
+    }
+
+    /// Waits until a caller waits at the gate, or `limit` passed; whether
+    /// one does.
+    pub fn wait_for_caller(&self, limit: Duration) -> bool {
+        let g = self.state.lock().unwrap();
+        let (g, _) = self
+            .changed
+            .wait_timeout_while(g, limit, |g| g.1 == 0)
+            .unwrap();
+        g.1 > 0
+    }
+}
