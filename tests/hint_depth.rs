@@ -345,6 +345,60 @@ fn a_page_touched_while_its_hinted_read_is_in_flight_is_read_once() {
     );
 }
 
+/// A page of a hint whose reads have not gone to the store yet (both
+/// prefetch threads are held at the store's gate by earlier hints, the
+/// third hint queued behind them) is locked busy by the hinting call: a
+/// touch waits for the hint's read instead of reading it itself.
+fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with(service: FaultService) {
+    const PAGES: usize = 1024;
+    let rt = runtime(service, 8 << 20);
+    let store = Recording::new(PAGES);
+    let m = map(&rt, &store, None);
+    store.set_gate(true);
+    m.prefetch_ranges(&page_ranges(&[10, 600])).unwrap();
+    m.prefetch_ranges(&page_ranges(&[20, 700])).unwrap();
+    // Both prefetch threads wait at the gate with a batch each.
+    store.wait_for("two hints' batches", |l| l.waiting == 2);
+    let queued = [30usize, 800, 801];
+    m.prefetch_ranges(&page_ranges(&queued)).unwrap();
+    let faults = rt.stats().faults;
+    std::thread::scope(|s| {
+        let toucher = s.spawn(|| touch(&m, 800 * PS + 5));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while rt.stats().faults == faults {
+            assert!(Instant::now() < deadline, "hung: no fault");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Time for a wrong read of its own, were it to be made.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !toucher.is_finished(),
+            "{service:?}: the touch returned before the hint's read"
+        );
+        assert_eq!(store.log().single, 0, "{service:?}: read by the fault");
+        store.set_gate(false);
+        toucher.join().unwrap();
+    });
+    for p in [10, 600, 20, 700].into_iter().chain(queued) {
+        touch(&m, p * PS + 11);
+    }
+    let log = store.log();
+    assert_eq!(log.single, 0, "{service:?}: a second read of a hinted page");
+    for p in queued {
+        assert_eq!(log.per_page.get(&p), Some(&1), "{service:?}: page {p}");
+    }
+    // The queued hint's two runs ([30], [800, 801]) in one batch.
+    assert_eq!(log.batches.len(), 3, "{service:?}: {:?}", log.batches);
+}
+
+#[test]
+fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once() {
+    both_services(
+        "a_hinted_page_touched_before_its_read_is_submitted_is_read_once",
+        a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with,
+    );
+}
+
 fn hints_past_the_cache_size_keep_the_pages_in_use_with(service: FaultService) {
     const PAGES: usize = 2048;
     // 256 pages of cache; the application uses 64 of them.
