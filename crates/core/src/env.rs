@@ -93,6 +93,8 @@ pub struct EnvConfig {
     pub low_water: Option<u8>,
     /// `UMIO_MAX_FAULT_EVENTS`, `UMAP_MAX_FAULT_EVENTS`.
     pub max_fault_events: Option<usize>,
+    /// `UMIO_QUEUE_DEPTH`: store requests in flight per batch.
+    pub queue_depth: Option<usize>,
     /// The largest read-ahead window in bytes (0: none). `UMAP_READ_AHEAD`
     /// is in pages: see [`read_ahead_pages`](EnvConfig::read_ahead_pages).
     pub read_ahead: Option<usize>,
@@ -196,6 +198,11 @@ impl EnvConfig {
                 "UMIO_MAX_FAULT_EVENTS is not a number",
                 number,
                 umap!("UMAP_MAX_FAULT_EVENTS"),
+            )?,
+            queue_depth: r.parse(
+                "UMIO_QUEUE_DEPTH",
+                "UMIO_QUEUE_DEPTH is not a number",
+                number,
             )?,
             read_ahead,
             read_ahead_pages,

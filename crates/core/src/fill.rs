@@ -769,10 +769,11 @@ impl Shared {
         // the next request as each completes: batches longer than the
         // depth keep its queue full (a synchronous store's batches are of
         // one run, each installed before the next is read).
-        let batch_runs = if self.queue_depth_of(region) > 1 {
-            MAX_BATCH_RUNS
-        } else {
-            1
+        let batch_runs = match (self.cfg().queue_depth, self.queue_depth_of(region)) {
+            // Configured: no store is given more at once.
+            (Some(_), depth) => depth,
+            (None, 1) => 1,
+            (None, _) => MAX_BATCH_RUNS,
         };
         let mut runs = std::mem::take(&mut w.runs);
         let mut filled = 0;
@@ -948,8 +949,12 @@ impl Shared {
             c.store_reads.fetch_add(reqs.len() as u64, Relaxed);
             c.read_submissions.fetch_add(1, Relaxed);
             c.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
-            c.max_reads_in_flight
-                .fetch_max(reqs.len().min(depth) as u64, Relaxed);
+            let in_flight = reqs.len().min(depth) as u64;
+            c.max_reads_in_flight.fetch_max(in_flight, Relaxed);
+            let r = &region.stats;
+            r.read_submissions.fetch_add(1, Relaxed);
+            r.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
+            r.max_reads_in_flight.fetch_max(in_flight, Relaxed);
             region.store.submit_each(&mut reqs, &mut |j, req| {
                 let k = which[j];
                 let run = &runs[k];
@@ -1041,7 +1046,10 @@ impl Shared {
     ///
     /// [`Store::queue_depth`]: umio_backends::Store::queue_depth
     pub(crate) fn queue_depth_of(&self, region: &Region) -> usize {
-        region.store.queue_depth().clamp(1, MAX_BATCH_RUNS)
+        self.cfg()
+            .queue_depth
+            .unwrap_or_else(|| region.store.queue_depth())
+            .clamp(1, MAX_BATCH_RUNS)
     }
 
     /// Unlocks a run of pages this thread holds busy into `to`, waking
