@@ -593,7 +593,8 @@ impl Store for UncachedFileStore {
         if let Some(d) = self.direct()
             && batch.len() > 1
             && batch.iter_mut().all(|r| {
-                r.result().is_some() || (self.direct_capable(r) && r.len().is_multiple_of(self.align))
+                r.result().is_some()
+                    || (self.direct_capable(r) && r.len().is_multiple_of(self.align))
             })
         {
             let c = &self.counters;

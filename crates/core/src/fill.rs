@@ -472,7 +472,7 @@ impl Shared {
             pages,
             fetch: FetchList::new(),
             promote: None,
-                    locked: false,
+            locked: false,
         });
     }
 
