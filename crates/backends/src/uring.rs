@@ -886,6 +886,40 @@ mod tests {
         batches_round_trip(true);
     }
 
+    /// `submit_each` hands every request to `done` once, with its result,
+    /// before it returns, keeping the ring's depth in flight (never more)
+    /// over a batch five times as long.
+    #[test]
+    fn submit_each_hands_over_each_request_once_as_it_completes() {
+        let (tmp, data) = file_of(64 * 4096);
+        let s = UringStore::open(tmp.path(), false, UringOptions::new().depth(4)).unwrap();
+        let mut bufs = vec![[0u8; 4096]; 20];
+        // Scattered pages, one already failed by the caller.
+        let pages: Vec<usize> = (0..20).map(|k| k * 13 % 64).collect();
+        let mut batch: Vec<IoRequest<'_>> = bufs
+            .iter_mut()
+            .zip(&pages)
+            .map(|(b, &p)| IoRequest::read((p * 4096) as u64, b))
+            .collect();
+        batch[5].complete(Err(StoreError::new(StoreOp::Read, 0, libc::EIO)));
+        let mut seen = vec![0usize; 20];
+        s.submit_each(&mut batch, &mut |i, req| {
+            seen[i] += 1;
+            match req.result() {
+                Some(Ok(n)) => {
+                    assert_eq!(n, 4096);
+                    let at = pages[i] * 4096;
+                    assert_eq!(req.read_buf().unwrap(), &data[at..at + 4096], "request {i}");
+                }
+                Some(Err(_)) => assert_eq!(i, 5, "only the caller's failure"),
+                None => panic!("request {i} handed over without a result"),
+            }
+        });
+        assert_eq!(seen, vec![1; 20]);
+        assert_eq!(s.stats().max_in_flight, 4);
+        assert_eq!(s.stats().reads, 19);
+    }
+
     #[test]
     fn errors_carry_operation_and_offset() {
         let (tmp, _) = file_of(8192);
