@@ -399,6 +399,49 @@ fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once() {
     );
 }
 
+/// `Builder::queue_depth` bounds what any store is given at once: a hint
+/// of 32 scattered pages reaches the depth-32 store in batches of 4, and
+/// `Builder::queue_depth(0)` is refused.
+fn a_configured_queue_depth_bounds_the_batches_with(service: FaultService) {
+    const PAGES: usize = 4096;
+    assert!(
+        Runtime::builder()
+            .queue_depth(0)
+            .fault_service(service)
+            .build()
+            .is_err()
+    );
+    let rt = Runtime::builder()
+        .cache_bytes(8 << 20)
+        .page_size(PS)
+        .fillers(2)
+        .queue_depth(4)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    let store = Recording::new(PAGES);
+    let m = map(&rt, &store, None);
+    let pages = scattered(DEPTH, PAGES, 3);
+    m.prefetch_ranges(&page_ranges(&pages)).unwrap();
+    store.wait_for("32 hinted reads", |l| {
+        l.batches.iter().sum::<usize>() >= DEPTH
+    });
+    for &p in &pages {
+        touch(&m, p * PS + 2);
+    }
+    assert_eq!(store.log().batches, [4; DEPTH / 4], "{service:?}");
+    assert_eq!(store.log().single, 0, "{service:?}");
+    assert_eq!(rt.stats().max_reads_in_flight, 4, "{service:?}");
+}
+
+#[test]
+fn a_configured_queue_depth_bounds_the_batches() {
+    both_services(
+        "a_configured_queue_depth_bounds_the_batches",
+        a_configured_queue_depth_bounds_the_batches_with,
+    );
+}
+
 fn hints_past_the_cache_size_keep_the_pages_in_use_with(service: FaultService) {
     const PAGES: usize = 2048;
     // 256 pages of cache; the application uses 64 of them.
