@@ -73,6 +73,14 @@ impl Recording {
         self.changed.notify_all();
     }
 
+    /// Closes the gate until the returned guard drops: a failed check
+    /// opens it again on its way out, so the runtime can shut down and
+    /// the test fails instead of hanging.
+    fn closed_gate(&self) -> GateGuard<'_> {
+        self.set_gate(true);
+        GateGuard(self)
+    }
+
     /// Waits (up to 120 s: a hang) for `cond` on the log.
     fn wait_for(&self, what: &str, cond: impl Fn(&Log) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -147,6 +155,15 @@ impl Store for Recording {
     }
     fn queue_depth(&self) -> usize {
         DEPTH
+    }
+}
+
+/// Opens the gate when dropped.
+struct GateGuard<'a>(&'a Recording);
+
+impl Drop for GateGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set_gate(false);
     }
 }
 
@@ -354,7 +371,7 @@ fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with(service:
     let rt = runtime(service, 8 << 20);
     let store = Recording::new(PAGES);
     let m = map(&rt, &store, None);
-    store.set_gate(true);
+    let gate = store.closed_gate();
     m.prefetch_ranges(&page_ranges(&[10, 600])).unwrap();
     m.prefetch_ranges(&page_ranges(&[20, 700])).unwrap();
     // Both prefetch threads wait at the gate with a batch each.
@@ -376,7 +393,7 @@ fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with(service:
             "{service:?}: the touch returned before the hint's read"
         );
         assert_eq!(store.log().single, 0, "{service:?}: read by the fault");
-        store.set_gate(false);
+        drop(gate);
         toucher.join().unwrap();
     });
     for p in [10, 600, 20, 700].into_iter().chain(queued) {

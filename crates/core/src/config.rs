@@ -674,6 +674,7 @@ impl Config {
                 FillerWait::Adaptive => None,
             },
             max_fault_events: self.max_fault_events,
+            queue_depth: self.queue_depth,
             promote: self.promote,
             uffd_mode: self.uffd_mode,
             fault_service: self.fault_service,
@@ -723,6 +724,9 @@ pub struct RuntimeConfig {
     pub filler_spin: Option<Duration>,
     /// Fault events read at once ([`Builder::max_fault_events`]).
     pub max_fault_events: usize,
+    /// Store requests in flight per batch ([`Builder::queue_depth`]);
+    /// `None`: each store's own.
+    pub queue_depth: Option<usize>,
     /// Default promotion policy ([`Builder::promote`]).
     pub promote: PromoteKind,
     /// The userfaultfd mode asked for ([`Builder::uffd_mode`]); what it

@@ -366,6 +366,7 @@ mod tests {
             ("UMIO_EVICT_HIGH_WATER", "80"),
             ("UMIO_EVICT_LOW_WATER", "50"),
             ("UMIO_MAX_FAULT_EVENTS", "128"),
+            ("UMIO_QUEUE_DEPTH", "16"),
             ("UMIO_READAHEAD", "1M"),
             ("UMIO_PREFETCH", "Stride"),
             ("UMIO_EVICTION", "2q"),
@@ -383,6 +384,7 @@ mod tests {
         assert_eq!((e.fillers, e.evictors), (Some(3), Some(2)));
         assert_eq!((e.high_water, e.low_water), (Some(80), Some(50)));
         assert_eq!(e.max_fault_events, Some(128));
+        assert_eq!(e.queue_depth, Some(16));
         assert_eq!(e.read_ahead_bytes(4096).unwrap(), Some(1 << 20));
         assert_eq!(e.prefetch, Some(EnvPrefetch::Stride));
         assert_eq!(e.eviction, Some(PolicyKind::TwoQ));
