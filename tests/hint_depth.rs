@@ -73,6 +73,14 @@ impl Recording {
         self.changed.notify_all();
     }
 
+    /// Closes the gate until the returned guard drops: a failed check
+    /// opens it again on its way out, so the runtime can shut down and
+    /// the test fails instead of hanging.
+    fn closed_gate(&self) -> GateGuard<'_> {
+        self.set_gate(true);
+        GateGuard(self)
+    }
+
     /// Waits (up to 120 s: a hang) for `cond` on the log.
     fn wait_for(&self, what: &str, cond: impl Fn(&Log) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -147,6 +155,15 @@ impl Store for Recording {
     }
     fn queue_depth(&self) -> usize {
         DEPTH
+    }
+}
+
+/// Opens the gate when dropped.
+struct GateGuard<'a>(&'a Recording);
+
+impl Drop for GateGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set_gate(false);
     }
 }
 
@@ -342,6 +359,103 @@ fn a_page_touched_while_its_hinted_read_is_in_flight_is_read_once() {
     both_services(
         "a_page_touched_while_its_hinted_read_is_in_flight_is_read_once",
         a_page_touched_while_its_hinted_read_is_in_flight_is_read_once_with,
+    );
+}
+
+/// A page of a hint whose reads have not gone to the store yet (both
+/// prefetch threads are held at the store's gate by earlier hints, the
+/// third hint queued behind them) is locked busy by the hinting call: a
+/// touch waits for the hint's read instead of reading it itself.
+fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with(service: FaultService) {
+    const PAGES: usize = 1024;
+    let rt = runtime(service, 8 << 20);
+    let store = Recording::new(PAGES);
+    let m = map(&rt, &store, None);
+    let gate = store.closed_gate();
+    m.prefetch_ranges(&page_ranges(&[10, 600])).unwrap();
+    m.prefetch_ranges(&page_ranges(&[20, 700])).unwrap();
+    // Both prefetch threads wait at the gate with a batch each.
+    store.wait_for("two hints' batches", |l| l.waiting == 2);
+    let queued = [30usize, 800, 801];
+    m.prefetch_ranges(&page_ranges(&queued)).unwrap();
+    let faults = rt.stats().faults;
+    std::thread::scope(|s| {
+        let toucher = s.spawn(|| touch(&m, 800 * PS + 5));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while rt.stats().faults == faults {
+            assert!(Instant::now() < deadline, "hung: no fault");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Time for a wrong read of its own, were it to be made.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !toucher.is_finished(),
+            "{service:?}: the touch returned before the hint's read"
+        );
+        assert_eq!(store.log().single, 0, "{service:?}: read by the fault");
+        drop(gate);
+        toucher.join().unwrap();
+    });
+    for p in [10, 600, 20, 700].into_iter().chain(queued) {
+        touch(&m, p * PS + 11);
+    }
+    let log = store.log();
+    assert_eq!(log.single, 0, "{service:?}: a second read of a hinted page");
+    for p in queued {
+        assert_eq!(log.per_page.get(&p), Some(&1), "{service:?}: page {p}");
+    }
+    // The queued hint's two runs ([30], [800, 801]) in one batch.
+    assert_eq!(log.batches.len(), 3, "{service:?}: {:?}", log.batches);
+}
+
+#[test]
+fn a_hinted_page_touched_before_its_read_is_submitted_is_read_once() {
+    both_services(
+        "a_hinted_page_touched_before_its_read_is_submitted_is_read_once",
+        a_hinted_page_touched_before_its_read_is_submitted_is_read_once_with,
+    );
+}
+
+/// `Builder::queue_depth` bounds what any store is given at once: a hint
+/// of 32 scattered pages reaches the depth-32 store in batches of 4, and
+/// `Builder::queue_depth(0)` is refused.
+fn a_configured_queue_depth_bounds_the_batches_with(service: FaultService) {
+    const PAGES: usize = 4096;
+    assert!(
+        Runtime::builder()
+            .queue_depth(0)
+            .fault_service(service)
+            .build()
+            .is_err()
+    );
+    let rt = Runtime::builder()
+        .cache_bytes(8 << 20)
+        .page_size(PS)
+        .fillers(2)
+        .queue_depth(4)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    let store = Recording::new(PAGES);
+    let m = map(&rt, &store, None);
+    let pages = scattered(DEPTH, PAGES, 3);
+    m.prefetch_ranges(&page_ranges(&pages)).unwrap();
+    store.wait_for("32 hinted reads", |l| {
+        l.batches.iter().sum::<usize>() >= DEPTH
+    });
+    for &p in &pages {
+        touch(&m, p * PS + 2);
+    }
+    assert_eq!(store.log().batches, [4; DEPTH / 4], "{service:?}");
+    assert_eq!(store.log().single, 0, "{service:?}");
+    assert_eq!(rt.stats().max_reads_in_flight, 4, "{service:?}");
+}
+
+#[test]
+fn a_configured_queue_depth_bounds_the_batches() {
+    both_services(
+        "a_configured_queue_depth_bounds_the_batches",
+        a_configured_queue_depth_bounds_the_batches_with,
     );
 }
 

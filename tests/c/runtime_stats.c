@@ -76,6 +76,36 @@ int main(void) {
   CHECK(sa.evictions + sb.evictions == rs.evictions);
   CHECK(sa.bytes_read + sb.bytes_read == rs.bytes_read);
 
+  /* A hint's reads go to the store in batches: counted per mapping and
+     for the runtime, with the most in flight at once and the mean. */
+  char path_c[4096];
+  const size_t hinted = 16 * PAGE;
+  int fc = make_file(path_c, hinted, O_RDONLY);
+  unsigned char *c = umio_map(NULL, hinted, PROT_READ, MAP_SHARED, fc, 0, NULL);
+  CHECK(c != UMIO_FAILED);
+  struct umio_stats sc = {.size = sizeof sc};
+  CHECK(umio_stats(c, &sc) == 0 && sc.size == sizeof sc);
+  CHECK(sc.read_submissions == 0 && sc.reads_submitted == 0 && sc.max_reads_in_flight == 0);
+  CHECK(sc.mean_reads_in_flight == 0.0);
+  CHECK(umio_prefetch(c, hinted) == 0);
+  for (int tries = 0; tries < 60000; tries++) { /* a minute at most */
+    CHECK(umio_stats(c, &sc) == 0);
+    if (sc.prefetched == hinted / PAGE) break;
+    usleep(1000);
+  }
+  CHECK(sc.prefetched == hinted / PAGE);
+  CHECK(sc.read_submissions >= 1 && sc.reads_submitted >= sc.read_submissions);
+  CHECK(sc.max_reads_in_flight >= 1 && sc.max_reads_in_flight <= sc.reads_submitted);
+  CHECK(sc.mean_reads_in_flight == (double)sc.reads_submitted / (double)sc.read_submissions);
+  for (size_t off = 0; off < hinted; off += PAGE) CHECK(c[off] == pattern(off));
+  CHECK(umio_runtime_stats(&rs) == 0);
+  CHECK(rs.read_submissions >= sc.read_submissions && rs.reads_submitted >= sc.reads_submitted);
+  CHECK(rs.max_reads_in_flight >= sc.max_reads_in_flight);
+  CHECK(rs.mean_reads_in_flight == (double)rs.reads_submitted / (double)rs.read_submissions);
+  CHECK(umio_unmap(c, hinted) == 0);
+  close(fc);
+  unlink(path_c);
+
   if (getenv("UMAP_MONITOR_FREQ")) sleep(3);
   CHECK(umio_unmap(a, len) == 0 && umio_unmap(b, len) == 0);
   CHECK(umio_runtime_stats(&rs) == 0 && rs.regions == 0);

@@ -127,6 +127,28 @@ impl<S: Store> Store for CountingStore<S> {
         }
         self.batches.fetch_add(1, Release);
     }
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        let mut open: Vec<bool> = batch.iter().map(|r| r.result().is_none()).collect();
+        self.inner.submit_each(batch, &mut |i, req| {
+            if std::mem::take(&mut open[i]) {
+                if req.is_write() {
+                    self.bytes_written.fetch_add(req.len() as u64, Relaxed);
+                    self.writes.fetch_add(1, Release);
+                } else {
+                    if let Some(Ok(n)) = req.result() {
+                        self.bytes_read.fetch_add(n as u64, Relaxed);
+                    }
+                    self.reads.fetch_add(1, Release);
+                }
+            }
+            done(i, req);
+        });
+        self.batches.fetch_add(1, Release);
+    }
     fn queue_depth(&self) -> usize {
         self.inner.queue_depth()
     }

@@ -195,6 +195,23 @@ impl<S: Store> Store for FaultyStore<S> {
         }
         self.inner.submit(batch);
     }
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            let (rule, op) = if req.is_write() {
+                (&self.writes, StoreOp::Write)
+            } else {
+                (&self.reads, StoreOp::Read)
+            };
+            if let Err(e) = self.check(rule, op, req.offset(), req.len() as u64) {
+                req.complete(Err(e));
+            }
+        }
+        self.inner.submit_each(batch, done);
+    }
     fn queue_depth(&self) -> usize {
         self.inner.queue_depth()
     }

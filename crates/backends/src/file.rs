@@ -1,7 +1,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::{Store, StoreError, StoreOp};
+use crate::{IoRequest, Store, StoreError, StoreOp};
 
 /// `pread`s into `buf` from `offset` until it is full or the file ends
 /// (`EINTR` retried); the bytes read.
@@ -97,6 +97,21 @@ impl Store for FileStore {
 
     fn name(&self) -> &str {
         "file"
+    }
+
+    /// One request after another (`pread` and `pwrite` are synchronous),
+    /// each handed to `done` as soon as it is done.
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        for (i, req) in batch.iter_mut().enumerate() {
+            if req.result().is_none() {
+                req.perform(self);
+            }
+            done(i, req);
+        }
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {

@@ -156,8 +156,32 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
-    /// How many requests the store usefully works on at once; umio makes
-    /// batches of up to this many requests. The default, 1, suits a
+    /// [`submit`](Store::submit), calling `done(i, &mut batch[i])` once
+    /// for every request of `batch` as soon as it has its result, in the
+    /// order the results arrive (requests that carried a result already
+    /// first): umio installs each page as its read completes, while the
+    /// others are still in flight. A store with a submission queue keeps
+    /// it full meanwhile: as each request completes, it submits the next,
+    /// up to its [`queue_depth`](Store::queue_depth). `done` runs on the
+    /// calling thread; it may take a while (a `UFFDIO_COPY`), so submit the
+    /// next requests before calling it.
+    ///
+    /// The default calls [`submit`](Store::submit), then `done` for each
+    /// request in order: right for every store, the results arriving
+    /// together.
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        self.submit(batch);
+        for (i, req) in batch.iter_mut().enumerate() {
+            done(i, req);
+        }
+    }
+
+    /// How many requests the store usefully works on at once; umio keeps
+    /// up to this many of a batch in flight. The default, 1, suits a
     /// synchronous store.
     fn queue_depth(&self) -> usize {
         1
@@ -215,6 +239,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
         (**self).submit(batch)
+    }
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        (**self).submit_each(batch, done)
     }
     fn queue_depth(&self) -> usize {
         (**self).queue_depth()

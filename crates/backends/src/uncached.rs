@@ -136,6 +136,9 @@ impl Drop for AlignedBlock {
     }
 }
 
+/// Default io_uring depth of the direct mode ([`UncachedFileStore::with_queue_depth`]).
+const DEFAULT_DEPTH: u32 = 64;
+
 /// A file read and written without leaving pages in the kernel's page
 /// cache, so that umio's bounded cache is the only copy.
 ///
@@ -182,6 +185,8 @@ pub struct UncachedFileStore {
     /// Bytes written through the page cache since the last sync, as one
     /// covering range: dropped from the cache after the sync.
     dirty: Mutex<Option<(u64, u64)>>,
+    /// Requests in flight at once on the io_uring store (direct mode).
+    depth: u32,
     counters: Counters,
 }
 
@@ -239,8 +244,18 @@ impl UncachedFileStore {
             drop_behind: mode != CacheMode::MemoryFs,
             align: MAX_DIO_ALIGN as usize,
             dirty: Mutex::new(None),
+            depth: DEFAULT_DEPTH,
             counters: Counters::default(),
         })
+    }
+
+    /// Sets how many requests the direct mode's io_uring store keeps in
+    /// flight at once (its [`queue_depth`](Store::queue_depth)), 1 to
+    /// 4096 (clamped); default 64. No effect in drop-behind mode (depth
+    /// 1), nor once the store has made its first batched transfer.
+    pub fn with_queue_depth(mut self, depth: u32) -> Self {
+        self.depth = depth.clamp(1, 4096);
+        self
     }
 
     /// How the store keeps out of the page cache.
@@ -258,7 +273,11 @@ impl UncachedFileStore {
         self.direct
             .as_ref()?
             .get_or_init(|| {
-                UringStore::new(self.file.file(), UringOptions::new().direct(true)).ok()
+                UringStore::new(
+                    self.file.file(),
+                    UringOptions::new().direct(true).depth(self.depth),
+                )
+                .ok()
             })
             .as_ref()
     }
@@ -559,6 +578,42 @@ impl Store for UncachedFileStore {
                     self.perform_buffered(req);
                 }
             }
+        }
+    }
+
+    /// Direct mode, every open request aligned (the fill path's batches):
+    /// the io_uring store's `submit_each`, each request handed to `done`
+    /// as it completes. Otherwise [`submit`](Store::submit), then `done`
+    /// for each.
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
+        if let Some(d) = self.direct()
+            && batch.len() > 1
+            && batch.iter_mut().all(|r| {
+                r.result().is_some()
+                    || (self.direct_capable(r) && r.len().is_multiple_of(self.align))
+            })
+        {
+            let c = &self.counters;
+            d.submit_each(batch, &mut |i, req| {
+                if let Some(Ok(n)) = req.result() {
+                    let cell = if req.is_write() {
+                        &c.direct_written
+                    } else {
+                        &c.direct_read
+                    };
+                    cell.fetch_add(n as u64, Relaxed);
+                }
+                done(i, req);
+            });
+            return;
+        }
+        self.submit(batch);
+        for (i, req) in batch.iter_mut().enumerate() {
+            done(i, req);
         }
     }
 

@@ -412,23 +412,64 @@ impl UringStore {
         }
     }
 
-    /// Runs the requests of `batch` without a result on `r`: keeps up to
-    /// `depth` in flight, resubmits the rest of short transfers, waits for
-    /// every completion. Returns false if the ring must be discarded.
-    fn run(&self, r: &mut Ring, batch: &mut [IoRequest<'_>]) -> bool {
+    /// Pushes entries for queued requests until `depth` are in flight
+    /// (`queued` in the ring, `in_kernel` taken by the kernel).
+    #[allow(clippy::too_many_arguments)]
+    fn top_up(
+        &self,
+        r: &mut Ring,
+        batch: &mut [IoRequest<'_>],
+        pending: &[Pending],
+        queue: &mut VecDeque<usize>,
+        queued: &mut usize,
+        in_kernel: usize,
+    ) {
         let bounce = r.bounce.as_ref();
+        while *queued + in_kernel < self.depth as usize {
+            let Some(i) = queue.pop_front() else { break };
+            let e = self.entry(i, &mut batch[i], &pending[i], bounce);
+            // SAFETY: the entry's buffer (the caller's request buffer or
+            // this ring's staging slot) stays valid and unused by anything
+            // else until its completion, which `run` waits for before
+            // returning (the caller's `done` sees a request only once it
+            // has its result, so never a buffer the kernel still holds).
+            if !unsafe { uring::push(&mut r.ring, &e) } {
+                queue.push_front(i);
+                break;
+            }
+            *queued += 1;
+        }
+    }
+
+    /// Runs the requests of `batch` without a result on `r`: keeps up to
+    /// `depth` in flight (as each completes, the next goes in), resubmits
+    /// the rest of short transfers, hands each request to `done` as soon
+    /// as it has its result (after the next requests are submitted), and
+    /// waits for every completion. Returns false if the ring must be
+    /// discarded.
+    fn run(
+        &self,
+        r: &mut Ring,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) -> bool {
         let mut slots = 0;
-        let mut pending: Vec<Pending> = batch
-            .iter_mut()
-            .map(|req| self.route(req, bounce, &mut slots))
-            .collect();
+        let mut pending: Vec<Pending> = {
+            let bounce = r.bounce.as_ref();
+            batch
+                .iter_mut()
+                .map(|req| self.route(req, bounce, &mut slots))
+                .collect()
+        };
         let mut queue: VecDeque<usize> = VecDeque::with_capacity(batch.len());
         for (i, req) in batch.iter_mut().enumerate() {
             if req.result().is_some() {
+                done(i, req);
                 continue;
             }
             if req.is_empty() {
                 req.complete(Ok(0));
+                done(i, req);
             } else {
                 queue.push_back(i);
             }
@@ -436,19 +477,10 @@ impl UringStore {
         // Queued in the ring, and taken by the kernel.
         let (mut queued, mut in_kernel) = (0usize, 0usize);
         let mut broken = None;
+        let mut finished: Vec<usize> = Vec::with_capacity(self.depth as usize);
         loop {
-            while broken.is_none() && queued + in_kernel < self.depth as usize {
-                let Some(i) = queue.pop_front() else { break };
-                let e = self.entry(i, &mut batch[i], &pending[i], bounce);
-                // SAFETY: the entry's buffer (the caller's request buffer
-                // or this ring's staging slot) stays valid and unused by
-                // anything else until its completion, which this function
-                // waits for before returning.
-                if !unsafe { uring::push(&mut r.ring, &e) } {
-                    queue.push_front(i);
-                    break;
-                }
-                queued += 1;
+            if broken.is_none() {
+                self.top_up(r, batch, &pending, &mut queue, &mut queued, in_kernel);
             }
             if queued + in_kernel == 0 || (broken.is_some() && in_kernel == 0) {
                 break;
@@ -482,15 +514,36 @@ impl UringStore {
                     continue;
                 }
             }
-            let done: Vec<(u64, i32)> = r
+            let reaped: Vec<(u64, i32)> = r
                 .ring
                 .completion()
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
-            for (i, res) in done {
+            finished.clear();
+            for (i, res) in reaped {
                 let i = i as usize;
                 in_kernel -= 1;
+                let bounce = r.bounce.as_ref();
                 self.complete_one(&mut batch[i], &mut pending[i], res, bounce, &mut queue, i);
+                if batch[i].result().is_some() {
+                    finished.push(i);
+                }
+            }
+            if !finished.is_empty() {
+                // The next requests go to the kernel before the caller
+                // works on the finished ones: the queue stays full.
+                if broken.is_none() {
+                    self.top_up(r, batch, &pending, &mut queue, &mut queued, in_kernel);
+                    if queued > 0
+                        && let Ok(n) = r.ring.submit()
+                    {
+                        queued -= n;
+                        in_kernel += n;
+                    }
+                }
+                for &i in &finished {
+                    done(i, &mut batch[i]);
+                }
             }
         }
         if let Some(errno) = broken {
@@ -503,6 +556,7 @@ impl UringStore {
                     };
                     let at = req.offset() + pending[i].done as u64;
                     req.complete(Err(StoreError::new(op, at, errno)));
+                    done(i, req);
                 }
             }
             return false;
@@ -668,6 +722,14 @@ impl Store for UringStore {
     }
 
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        self.submit_each(batch, &mut |_, _| {});
+    }
+
+    fn submit_each(
+        &self,
+        batch: &mut [IoRequest<'_>],
+        done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
+    ) {
         if batch.is_empty() {
             return;
         }
@@ -686,11 +748,14 @@ impl Store for UringStore {
             // may be handed to an io_uring worker thread: a cross-CPU
             // wake-up): do it here.
             self.perform_one(&mut batch[i]);
+            for (j, req) in batch.iter_mut().enumerate() {
+                done(j, req);
+            }
             return;
         }
         match self.take_ring() {
             Ok(mut ring) => {
-                if self.run(&mut ring, batch) {
+                if self.run(&mut ring, batch, done) {
                     self.put_ring(ring);
                 }
             }
@@ -705,6 +770,9 @@ impl Store for UringStore {
                     };
                     let at = req.offset();
                     req.complete(Err(StoreError::new(op, at, errno)));
+                }
+                for (j, req) in batch.iter_mut().enumerate() {
+                    done(j, req);
                 }
             }
         }
@@ -816,6 +884,40 @@ mod tests {
     #[test]
     fn direct_batches_round_trip() {
         batches_round_trip(true);
+    }
+
+    /// `submit_each` hands every request to `done` once, with its result,
+    /// before it returns, keeping the ring's depth in flight (never more)
+    /// over a batch five times as long.
+    #[test]
+    fn submit_each_hands_over_each_request_once_as_it_completes() {
+        let (tmp, data) = file_of(64 * 4096);
+        let s = UringStore::open(tmp.path(), false, UringOptions::new().depth(4)).unwrap();
+        let mut bufs = vec![[0u8; 4096]; 20];
+        // Scattered pages, one already failed by the caller.
+        let pages: Vec<usize> = (0..20).map(|k| k * 13 % 64).collect();
+        let mut batch: Vec<IoRequest<'_>> = bufs
+            .iter_mut()
+            .zip(&pages)
+            .map(|(b, &p)| IoRequest::read((p * 4096) as u64, b))
+            .collect();
+        batch[5].complete(Err(StoreError::new(StoreOp::Read, 0, libc::EIO)));
+        let mut seen = vec![0usize; 20];
+        s.submit_each(&mut batch, &mut |i, req| {
+            seen[i] += 1;
+            match req.result() {
+                Some(Ok(n)) => {
+                    assert_eq!(n, 4096);
+                    let at = pages[i] * 4096;
+                    assert_eq!(req.read_buf().unwrap(), &data[at..at + 4096], "request {i}");
+                }
+                Some(Err(_)) => assert_eq!(i, 5, "only the caller's failure"),
+                None => panic!("request {i} handed over without a result"),
+            }
+        });
+        assert_eq!(seen, vec![1; 20]);
+        assert_eq!(s.stats().max_in_flight, 4);
+        assert_eq!(s.stats().reads, 19);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`bench`](mod@bench): data files, the memory budget for Linux `mmap`, umio and
 //!   `mmap` mappings side by side, and the workloads;
 //! - [`fault_path`]: the fault-path microbenchmark;
+//! - [`hints`]: batch-hinted random reads and random reads from several
+//!   threads, umio beside `mmap`, and the device's io_uring rate at a depth;
 //! - [`policy_workload`]: the workload where the eviction policy matters;
 //! - [`sigbus_floor`]: the floor of a miss served in the faulting thread
 //!   from an `O_DIRECT` file;
@@ -20,6 +22,7 @@ pub mod bench;
 pub mod cli;
 pub mod device;
 pub mod fault_path;
+pub mod hints;
 pub mod policy_workload;
 pub mod scan_floor;
 pub mod sigbus_floor;

@@ -52,6 +52,8 @@ pub struct Builder {
     prefetch: PrefetchKind,
     filler_spin: Option<Duration>,
     max_fault_events: usize,
+    /// `None`: each store's own depth.
+    queue_depth: Option<usize>,
     promote: PromoteKind,
     uffd_mode: UffdMode,
     /// `None`: `UMIO_FAULT_SERVICE`, else the default.
@@ -74,6 +76,7 @@ impl std::fmt::Debug for Builder {
             .field("prefetch", &self.prefetch)
             .field("filler_spin", &self.filler_spin)
             .field("max_fault_events", &self.max_fault_events)
+            .field("queue_depth", &self.queue_depth)
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
             .field("fault_service", &self.fault_service)
@@ -98,6 +101,7 @@ impl Default for Builder {
             prefetch: PrefetchKind::default(),
             filler_spin: None,
             max_fault_events: DEFAULT_MAX_FAULT_EVENTS,
+            queue_depth: None,
             promote: PromoteKind::default(),
             uffd_mode: UffdMode::default(),
             fault_service: None,
@@ -264,6 +268,18 @@ impl Builder {
         self
     }
 
+    /// Store requests kept in flight at once by a batch (a hint's reads,
+    /// read-ahead), 1 to 4096; default: each store's own
+    /// ([`Store::queue_depth`](umio_backends::Store::queue_depth): 64 for
+    /// the `O_DIRECT` io_uring store `map_file` opens, 1 for a synchronous
+    /// store). `map_file`'s store is opened with this depth; any other
+    /// store is given at most this many requests per batch (at most 64 are
+    /// given at once whatever the setting). Also `UMIO_QUEUE_DEPTH`.
+    pub fn queue_depth(mut self, n: usize) -> Self {
+        self.queue_depth = Some(n);
+        self
+    }
+
     /// Which faults the runtime's userfaultfd receives. Default
     /// [`UffdMode::Auto`]: full mode (faults raised by the kernel served
     /// too, so a mapped buffer can be passed to any system call) where the
@@ -386,6 +402,9 @@ impl Builder {
         if let Some(n) = env.max_fault_events {
             self.max_fault_events = n;
         }
+        if let Some(n) = env.queue_depth {
+            self.queue_depth = Some(n);
+        }
         if let Some(k) = env.eviction {
             self.policy = PolicySpec::Builtin(k);
         }
@@ -447,6 +466,9 @@ impl Builder {
         };
         Builder::check_fillers(self.fillers)?;
         Builder::check_max_fault_events(self.max_fault_events)?;
+        if let Some(n) = self.queue_depth {
+            Builder::check_queue_depth(n)?;
+        }
         Builder::check_evictors(self.evictors)?;
         Builder::check_watermarks(self.high_water, self.low_water)?;
         if cache_bytes < 4 * self.page_size as u64 {
@@ -471,6 +493,7 @@ impl Builder {
                     None => FillerWait::Adaptive,
                 },
                 max_fault_events: self.max_fault_events,
+                queue_depth: self.queue_depth,
                 cache_auto: self.cache_auto,
                 promote: self.promote,
                 fillers: self.fillers,
@@ -551,6 +574,14 @@ impl Builder {
         Ok(())
     }
 
+    /// [`Builder::queue_depth`]: 1 to 4096.
+    pub fn check_queue_depth(n: usize) -> Result<()> {
+        if !(1..=4096).contains(&n) {
+            return Err(Error::InvalidArgument("queue_depth must be 1 to 4096"));
+        }
+        Ok(())
+    }
+
     /// [`Builder::huge_cache_bytes`]: at least 4 huge pages (8 MiB).
     pub fn check_huge_cache_bytes(bytes: u64) -> Result<()> {
         if bytes < 4 * HUGE_PAGE_SIZE as u64 {
@@ -601,6 +632,9 @@ pub(crate) struct Config {
     pub filler_wait: FillerWait,
     /// Fault events read at once.
     pub max_fault_events: usize,
+    /// Store requests in flight per batch ([`Builder::queue_depth`]);
+    /// `None`: each store's own.
+    pub queue_depth: Option<usize>,
     /// Default promotion policy.
     pub promote: PromoteKind,
     /// Filler threads.
@@ -640,6 +674,7 @@ impl Config {
                 FillerWait::Adaptive => None,
             },
             max_fault_events: self.max_fault_events,
+            queue_depth: self.queue_depth,
             promote: self.promote,
             uffd_mode: self.uffd_mode,
             fault_service: self.fault_service,
@@ -689,6 +724,9 @@ pub struct RuntimeConfig {
     pub filler_spin: Option<Duration>,
     /// Fault events read at once ([`Builder::max_fault_events`]).
     pub max_fault_events: usize,
+    /// Store requests in flight per batch ([`Builder::queue_depth`]);
+    /// `None`: each store's own.
+    pub queue_depth: Option<usize>,
     /// Default promotion policy ([`Builder::promote`]).
     pub promote: PromoteKind,
     /// The userfaultfd mode asked for ([`Builder::uffd_mode`]); what it

@@ -73,7 +73,13 @@ impl Runtime {
         let store: Arc<dyn Store> = if page_cache {
             FileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
         } else {
-            UncachedFileStore::new(file).map(|s| Arc::new(s) as Arc<dyn Store>)
+            UncachedFileStore::new(file).map(|s| {
+                let s = match self.shared().cfg().queue_depth {
+                    Some(d) => s.with_queue_depth(u32::try_from(d).unwrap_or(u32::MAX)),
+                    None => s,
+                };
+                Arc::new(s) as Arc<dyn Store>
+            })
         }
         .map_err(|e| {
             Error::os(

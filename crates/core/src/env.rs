@@ -93,6 +93,8 @@ pub struct EnvConfig {
     pub low_water: Option<u8>,
     /// `UMIO_MAX_FAULT_EVENTS`, `UMAP_MAX_FAULT_EVENTS`.
     pub max_fault_events: Option<usize>,
+    /// `UMIO_QUEUE_DEPTH`: store requests in flight per batch.
+    pub queue_depth: Option<usize>,
     /// The largest read-ahead window in bytes (0: none). `UMAP_READ_AHEAD`
     /// is in pages: see [`read_ahead_pages`](EnvConfig::read_ahead_pages).
     pub read_ahead: Option<usize>,
@@ -196,6 +198,11 @@ impl EnvConfig {
                 "UMIO_MAX_FAULT_EVENTS is not a number",
                 number,
                 umap!("UMAP_MAX_FAULT_EVENTS"),
+            )?,
+            queue_depth: r.parse(
+                "UMIO_QUEUE_DEPTH",
+                "UMIO_QUEUE_DEPTH is not a number",
+                number,
             )?,
             read_ahead,
             read_ahead_pages,
@@ -359,6 +366,7 @@ mod tests {
             ("UMIO_EVICT_HIGH_WATER", "80"),
             ("UMIO_EVICT_LOW_WATER", "50"),
             ("UMIO_MAX_FAULT_EVENTS", "128"),
+            ("UMIO_QUEUE_DEPTH", "16"),
             ("UMIO_READAHEAD", "1M"),
             ("UMIO_PREFETCH", "Stride"),
             ("UMIO_EVICTION", "2q"),
@@ -376,6 +384,7 @@ mod tests {
         assert_eq!((e.fillers, e.evictors), (Some(3), Some(2)));
         assert_eq!((e.high_water, e.low_water), (Some(80), Some(50)));
         assert_eq!(e.max_fault_events, Some(128));
+        assert_eq!(e.queue_depth, Some(16));
         assert_eq!(e.read_ahead_bytes(4096).unwrap(), Some(1 << 20));
         assert_eq!(e.prefetch, Some(EnvPrefetch::Stride));
         assert_eq!(e.eviction, Some(PolicyKind::TwoQ));

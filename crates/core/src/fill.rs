@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use smallvec::SmallVec;
-use umio_backends::{IoRequest, StoreError};
+use umio_backends::IoRequest;
 use umio_cache::{Observed, PageState};
 
 use crate::prefetch::{Fault, FaultKind, FetchList};
@@ -426,6 +426,7 @@ impl Shared {
                     pages: Vec::new(),
                     fetch: fetch.clone(),
                     promote: None,
+                    locked: false,
                 });
             }
             fetch.clear();
@@ -471,6 +472,7 @@ impl Shared {
             pages,
             fetch: FetchList::new(),
             promote: None,
+            locked: false,
         });
     }
 
@@ -671,9 +673,61 @@ impl Shared {
     /// [`Mapping::prefetch`]: crate::Mapping::prefetch
     /// [`Mapping::prefetch_ranges`]: crate::Mapping::prefetch_ranges
     pub(crate) fn fill_hint(&self, w: &mut Scratch, region: &Region, ranges: &[Range<usize>]) {
-        let most = self.budget_of(region).limit() / HINT_CACHE_FRACTION / region.page_size as u64;
-        let most = usize::try_from(most).unwrap_or(usize::MAX).max(1);
+        let most = self.hint_pages(region);
         self.fill_ranges_at_most(w, region, ranges, true, most);
+    }
+
+    /// Most pages one hint fills: [`HINT_CACHE_FRACTION`] of the cache.
+    fn hint_pages(&self, region: &Region) -> usize {
+        let most = self.budget_of(region).limit() / HINT_CACHE_FRACTION / region.page_size as u64;
+        usize::try_from(most).unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Locks the missing pages of `ranges` (sorted, disjoint, within the
+    /// region) busy for a hint, up to [`hint_pages`](Shared::hint_pages)
+    /// of them, and returns them as runs: by the hinting thread, before it
+    /// queues the hint, so that a thread touching one of these pages
+    /// before its read completes waits for that read (as for a page being
+    /// filled) instead of reading it a second time. The runs must reach
+    /// [`fill_locked`](Shared::fill_locked), or
+    /// [`release_locked`](Shared::release_locked).
+    pub(crate) fn lock_hint(&self, region: &Region, ranges: &[Range<usize>]) -> Vec<Range<usize>> {
+        let most = self.hint_pages(region);
+        let len = region.pages.len();
+        let mut locked: Vec<Range<usize>> = Vec::new();
+        let mut taken = 0;
+        'ranges: for r in ranges {
+            for p in r.start..r.end.min(len) {
+                if taken == most {
+                    break 'ranges;
+                }
+                if !region.pages.try_lock(p, PageState::Empty) {
+                    continue;
+                }
+                taken += 1;
+                match locked.last_mut() {
+                    Some(last) if last.end == p => last.end = p + 1,
+                    _ => locked.push(p..p + 1),
+                }
+            }
+        }
+        locked
+    }
+
+    /// Fills the runs of a hint that [`lock_hint`](Shared::lock_hint)
+    /// locked, as [`fill_hint`](Shared::fill_hint) does; the pages it
+    /// cannot fill (no cache space to be had, the region being unmapped)
+    /// are released Empty, their waiters woken to fault again.
+    pub(crate) fn fill_locked(&self, w: &mut Scratch, region: &Region, runs: &[Range<usize>]) {
+        self.fill_ranges_inner(w, region, runs, true, usize::MAX, true);
+    }
+
+    /// Releases runs [`lock_hint`](Shared::lock_hint) locked without
+    /// filling them (the hint was dropped).
+    pub(crate) fn release_locked(&self, region: &Region, runs: &[Range<usize>]) {
+        for r in runs {
+            self.release_run(region, r.clone(), PageState::Empty);
+        }
     }
 
     /// [`fill_ranges`](Shared::fill_ranges), filling at most `most` pages.
@@ -684,6 +738,21 @@ impl Shared {
         ranges: &[Range<usize>],
         may_reclaim: bool,
         most: usize,
+    ) -> usize {
+        self.fill_ranges_inner(w, region, ranges, may_reclaim, most, false)
+    }
+
+    /// The body of the fills of ranges: with `locked`, every page of
+    /// `ranges` is already held busy by the caller (a hint's), and each is
+    /// filled or released.
+    fn fill_ranges_inner(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        ranges: &[Range<usize>],
+        may_reclaim: bool,
+        most: usize,
+        locked: bool,
     ) -> usize {
         let ps = region.page_size;
         // A run's cache space is reserved whole: keep runs to a quarter of
@@ -696,7 +765,16 @@ impl Shared {
         let quarter = usize::try_from(self.budget_of(region).limit() / 4).unwrap_or(usize::MAX);
         let max_run = (MAX_FILL_RUN.min(quarter) / ps).max(1);
         let max_batch = MAX_FILL_BATCH.min(quarter).max(ps);
-        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        // The store keeps up to its depth of a batch in flight, submitting
+        // the next request as each completes: batches longer than the
+        // depth keep its queue full (a synchronous store's batches are of
+        // one run, each installed before the next is read).
+        let batch_runs = match (self.cfg().queue_depth, self.queue_depth_of(region)) {
+            // Configured: no store is given more at once.
+            (Some(_), depth) => depth,
+            (None, 1) => 1,
+            (None, _) => MAX_BATCH_RUNS,
+        };
         let mut runs = std::mem::take(&mut w.runs);
         let mut filled = 0;
         let mut ranges = ranges
@@ -715,7 +793,7 @@ impl Shared {
                     stop = true;
                     break;
                 }
-                if runs.len() == depth || bytes >= max_batch {
+                if runs.len() == batch_runs || bytes >= max_batch {
                     break;
                 }
                 let i = pages.start;
@@ -723,15 +801,19 @@ impl Shared {
                     cur = ranges.next();
                     continue;
                 }
-                pages.start += 1;
-                if !region.pages.try_lock(i, PageState::Empty) {
-                    continue;
-                }
-                while pages.start < pages.end
-                    && pages.start - i < max_run.min(most - taken)
-                    && region.pages.try_lock(pages.start, PageState::Empty)
-                {
+                if locked {
+                    pages.start = pages.end.min(i + max_run);
+                } else {
                     pages.start += 1;
+                    if !region.pages.try_lock(i, PageState::Empty) {
+                        continue;
+                    }
+                    while pages.start < pages.end
+                        && pages.start - i < max_run.min(most - taken)
+                        && region.pages.try_lock(pages.start, PageState::Empty)
+                    {
+                        pages.start += 1;
+                    }
                 }
                 let run = i..pages.start;
                 // Waiting for space while holding the space of runs not yet
@@ -744,10 +826,13 @@ impl Shared {
                     may_reclaim && runs.is_empty(),
                     region,
                 ) {
-                    self.release_run(region, run.clone(), PageState::Empty);
                     if runs.is_empty() {
+                        self.release_run(region, run.clone(), PageState::Empty);
                         stop = true;
                     } else {
+                        if !locked {
+                            self.release_run(region, run.clone(), PageState::Empty);
+                        }
                         pages.start = run.start;
                     }
                     break;
@@ -762,6 +847,14 @@ impl Shared {
             let (n, ok) = self.fill_runs(w, region, &runs);
             filled += n;
             stop |= !ok;
+        }
+        if locked {
+            // What this fill gave up on stays the hint's to release.
+            for r in cur.into_iter().chain(ranges) {
+                if !r.is_empty() {
+                    self.release_run(region, r, PageState::Empty);
+                }
+            }
         }
         runs.clear();
         w.runs = runs;
@@ -781,43 +874,65 @@ impl Shared {
     }
 
     /// Reads and installs `runs`, each held busy and Empty with its cache
-    /// space reserved: one batch of store requests (runs the store maps
-    /// are copied straight from it), then one `UFFDIO_COPY` per run. Runs
+    /// space reserved: runs the store maps are copied straight from it
+    /// first, then the others' reads go to the store as one batch
+    /// ([`Store::submit_each`]), which keeps up to its depth in flight, and
+    /// each run is installed (one `UFFDIO_COPY`) as its read completes,
+    /// in whatever order they complete, while the rest are in flight. Runs
     /// that fail are released Empty with their space. Returns the pages
     /// filled and whether every run was.
+    ///
+    /// [`Store::submit_each`]: umio_backends::Store::submit_each
     fn fill_runs(&self, w: &mut Scratch, region: &Region, runs: &[Range<usize>]) -> (usize, bool) {
         let ps = region.page_size;
-        let direct: PerRun<Option<&[u8]>> = runs
-            .iter()
-            .map(|r| self.direct_source(region, r.start, r.len()))
-            .collect();
-        let staged: usize = runs
-            .iter()
-            .zip(&direct)
-            .filter(|(_, d)| d.is_none())
-            .map(|(r, _)| r.len() * ps)
-            .sum();
-        let fail = |run: &Range<usize>| {
-            self.budget_of(region).release((run.len() * ps) as u64);
-            self.release_run(region, run.clone(), PageState::Empty);
-        };
+        let mut filled = 0;
+        let mut all = true;
+        let mut staged = 0;
+        // Each staged run's place in the staging buffer.
+        let mut at: PerRun<Option<usize>> = SmallVec::new();
+        for run in runs {
+            match self.direct_source(region, run.start, run.len()) {
+                Some(src) => {
+                    at.push(None);
+                    let bytes = (run.len() * ps) as u64;
+                    self.counters().bytes_read.fetch_add(bytes, Relaxed);
+                    region.stats.bytes_read.fetch_add(bytes, Relaxed);
+                    if self.install_run(region, run, src) {
+                        filled += run.len();
+                    } else {
+                        all = false;
+                    }
+                }
+                None => {
+                    at.push(Some(staged));
+                    staged += run.len() * ps;
+                }
+            }
+        }
+        if staged == 0 {
+            return (filled, all);
+        }
         let buf = match w.buf.get(staged) {
             Ok(b) => &mut b[..staged],
             Err(e) => {
                 log::error!("umio: staging buffer allocation failed: errno {e}");
-                runs.iter().for_each(fail);
-                return (0, false);
+                for (run, at) in runs.iter().zip(&at) {
+                    if at.is_some() {
+                        self.fail_run(region, run);
+                    }
+                }
+                return (filled, false);
             }
         };
-        // Staged runs: one request each, in one batch.
-        let mut results: PerRun<Option<Result<usize, StoreError>>> =
-            SmallVec::from_elem(Some(Ok(0)), runs.len());
+        // Runs whose read is shorter than the run (the region's last page):
+        // installed after the batch, with the rest of the page zeroed.
+        let mut short: PerRun<(usize, usize)> = SmallVec::new();
         {
             let mut reqs: PerRun<IoRequest<'_>> = SmallVec::new();
             let mut which: PerRun<usize> = SmallVec::new();
             let mut rest = &mut *buf;
             for (k, run) in runs.iter().enumerate() {
-                if direct[k].is_some() {
+                if at[k].is_none() {
                     continue;
                 }
                 let (mine, tail) = rest.split_at_mut(run.len() * ps);
@@ -829,81 +944,112 @@ impl Shared {
                 ));
                 which.push(k);
             }
-            self.counters()
-                .store_reads
-                .fetch_add(reqs.len() as u64, Relaxed);
-            if !reqs.is_empty() {
-                let c = self.counters();
-                c.read_submissions.fetch_add(1, Relaxed);
-                c.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
-                c.max_reads_in_flight.fetch_max(reqs.len() as u64, Relaxed);
-                region.store.submit(&mut reqs);
-            }
-            for (req, k) in reqs.iter().zip(which) {
-                results[k] = req.result();
-            }
-        }
-        let mut filled = 0;
-        let mut all = true;
-        let mut offset = 0;
-        for (k, run) in runs.iter().enumerate() {
-            let bytes = run.len() * ps;
-            let src = match direct[k] {
-                Some(src) => {
-                    self.counters().bytes_read.fetch_add(bytes as u64, Relaxed);
-                    region.stats.bytes_read.fetch_add(bytes as u64, Relaxed);
-                    src
-                }
-                None => {
-                    let mine = &mut buf[offset..offset + bytes];
-                    offset += bytes;
-                    match results[k] {
-                        Some(Ok(n)) => {
-                            self.counters().bytes_read.fetch_add(n as u64, Relaxed);
-                            region.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                            mine[n..].fill(0);
-                            &*mine
-                        }
-                        r => {
-                            // A prefetch failure is not reported: the fault
-                            // that needs the page retries the read and
-                            // reports it.
-                            log::debug!("umio: prefetch read failed: {r:?}");
-                            fail(run);
-                            all = false;
-                            continue;
+            let depth = self.queue_depth_of(region);
+            let c = self.counters();
+            c.store_reads.fetch_add(reqs.len() as u64, Relaxed);
+            c.read_submissions.fetch_add(1, Relaxed);
+            c.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
+            let in_flight = reqs.len().min(depth) as u64;
+            c.max_reads_in_flight.fetch_max(in_flight, Relaxed);
+            let r = &region.stats;
+            r.read_submissions.fetch_add(1, Relaxed);
+            r.reads_submitted.fetch_add(reqs.len() as u64, Relaxed);
+            r.max_reads_in_flight.fetch_max(in_flight, Relaxed);
+            region.store.submit_each(&mut reqs, &mut |j, req| {
+                let k = which[j];
+                let run = &runs[k];
+                let bytes = run.len() * ps;
+                match req.result() {
+                    Some(Ok(n)) => {
+                        self.counters().bytes_read.fetch_add(n as u64, Relaxed);
+                        region.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                        match req.read_buf() {
+                            Some(b) if b.len() == bytes => {
+                                b[n.min(bytes)..].fill(0);
+                                if self.install_run(region, run, b) {
+                                    filled += run.len();
+                                } else {
+                                    all = false;
+                                }
+                            }
+                            _ => short.push((k, n)),
                         }
                     }
+                    r => {
+                        // A prefetch failure is not reported: the fault
+                        // that needs the page retries the read and
+                        // reports it.
+                        log::debug!("umio: prefetch read failed: {r:?}");
+                        self.fail_run(region, run);
+                        all = false;
+                    }
                 }
-            };
-            let copied = self.install(region.page_addr(run.start), src, region.writable, true);
-            if let Err(e) = copied {
-                if e == libc::EEXIST && self.reader_must_not_drop() {
-                    // Handed to the evictors by `install`: not a failure.
-                    log::debug!("umio: prefetch found pages present that umio holds empty");
-                } else {
-                    log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
-                }
-                fail(run);
+            });
+        }
+        for (k, n) in short {
+            let run = &runs[k];
+            let off = at[k].unwrap_or(0);
+            let mine = &mut buf[off..off + run.len() * ps];
+            let n = n.min(mine.len());
+            mine[n..].fill(0);
+            if self.install_run(region, run, mine) {
+                filled += run.len();
+            } else {
                 all = false;
-                continue;
-            }
-            filled += run.len();
-            // Counted before the pages show resident, so that a thread that
-            // sees them resident sees them counted.
-            let n = run.len() as u64;
-            self.counters().prefetched_pages.fetch_add(n, Relaxed);
-            region.stats.fills.fetch_add(n, Relaxed);
-            region.stats.prefetched.fetch_add(n, Relaxed);
-            self.release_run(region, run.clone(), PageState::Clean);
-            // Only now: a policy that probes a page still busy and empty
-            // drops its entry as stale, and the page would be resident with
-            // no entry, never evicted.
-            for p in run.clone() {
-                self.policy_of(region).prefetched(region.key(p));
             }
         }
         (filled, all)
+    }
+
+    /// A run held busy and Empty, its space reserved, that could not be
+    /// filled: released Empty with its space.
+    fn fail_run(&self, region: &Region, run: &Range<usize>) {
+        self.budget_of(region)
+            .release((run.len() * region.page_size) as u64);
+        self.release_run(region, run.clone(), PageState::Empty);
+    }
+
+    /// Installs `src` as the run's bytes (held busy and Empty, space
+    /// reserved), clean, and releases the run; on failure releases it Empty
+    /// with its space. Returns whether it was installed.
+    fn install_run(&self, region: &Region, run: &Range<usize>, src: &[u8]) -> bool {
+        let copied = self.install(region.page_addr(run.start), src, region.writable, true);
+        if let Err(e) = copied {
+            if e == libc::EEXIST && self.reader_must_not_drop() {
+                // Handed to the evictors by `install`: not a failure.
+                log::debug!("umio: prefetch found pages present that umio holds empty");
+            } else {
+                log::error!("umio: UFFDIO_COPY (prefetch) failed: errno {e}");
+            }
+            self.fail_run(region, run);
+            return false;
+        }
+        // Counted before the pages show resident, so that a thread that
+        // sees them resident sees them counted.
+        let n = run.len() as u64;
+        self.counters().prefetched_pages.fetch_add(n, Relaxed);
+        region.stats.fills.fetch_add(n, Relaxed);
+        region.stats.prefetched.fetch_add(n, Relaxed);
+        self.release_run(region, run.clone(), PageState::Clean);
+        // Only now: a policy that probes a page still busy and empty
+        // drops its entry as stale, and the page would be resident with
+        // no entry, never evicted.
+        for p in run.clone() {
+            self.policy_of(region).prefetched(region.key(p));
+        }
+        true
+    }
+
+    /// How many requests of a batch the region's store keeps in flight:
+    /// the configured depth (`Builder::queue_depth`), else the store's own
+    /// ([`Store::queue_depth`]), within `1..=MAX_BATCH_RUNS`.
+    ///
+    /// [`Store::queue_depth`]: umio_backends::Store::queue_depth
+    pub(crate) fn queue_depth_of(&self, region: &Region) -> usize {
+        self.cfg()
+            .queue_depth
+            .unwrap_or_else(|| region.store.queue_depth())
+            .clamp(1, MAX_BATCH_RUNS)
     }
 
     /// Unlocks a run of pages this thread holds busy into `to`, waking

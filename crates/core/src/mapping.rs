@@ -955,11 +955,20 @@ impl Mapping {
                 _ => merged.push(p),
             }
         }
-        self.rt.shared().jobs().push(PrefetchJob {
+        // Locked busy here, before the hint is queued: a thread touching
+        // one of these pages before its read completes waits for that
+        // read, whether the read is in flight yet or not.
+        let shared = self.rt.shared();
+        let locked = shared.lock_hint(&self.region, &merged);
+        if locked.is_empty() {
+            return;
+        }
+        shared.jobs().push(PrefetchJob {
             region: self.region.clone(),
-            pages: merged,
+            pages: locked,
             fetch: FetchList::new(),
             promote: None,
+            locked: true,
         });
     }
 

@@ -72,6 +72,7 @@ impl Shared {
             pages: Vec::new(),
             fetch: FetchList::new(),
             promote: Some(chunk),
+            locked: false,
         };
         if in_signal {
             if !self.jobs().push_without_growing(job) {

@@ -724,6 +724,10 @@ pub(crate) struct PrefetchJob {
     pub fetch: FetchList,
     /// Instead of filling `pages`: promote this 2 MiB range (claimed).
     pub promote: Option<usize>,
+    /// Every page of `pages` is held busy for this job (a hint's, locked
+    /// by the hinting thread: `Shared::lock_hint`): filled or released,
+    /// never dropped, and never merged with another job.
+    pub locked: bool,
 }
 
 /// The queue of [`PrefetchJob`]s, served in order by the `umio-prefetch`
@@ -801,7 +805,7 @@ impl JobQueue {
     /// side, each as soon as its own reads complete. Leaves `job`'s ranges
     /// sorted.
     pub fn merge_following(&self, job: &mut PrefetchJob, max_pages: usize) {
-        if job.promote.is_some() {
+        if job.promote.is_some() || job.locked {
             return;
         }
         let take_fetch = |pages: &mut Vec<Range<usize>>, fetch: &FetchList| {
@@ -821,6 +825,7 @@ impl JobQueue {
                 && q.len() as u64 > self.idle.load(Ordering::Relaxed)
                 && let Some(next) = q.front()
                 && next.promote.is_none()
+                && !next.locked
                 && Arc::ptr_eq(&next.region, &job.region)
             {
                 let Some(next) = q.pop_front() else { break };
@@ -831,6 +836,11 @@ impl JobQueue {
             }
         }
         job.pages.sort_unstable_by_key(|r| r.start);
+    }
+
+    /// Takes every job left (at shutdown, for their locked pages).
+    pub fn take_all(&self) -> Vec<PrefetchJob> {
+        self.lock().drain(..).collect()
     }
 
     /// Wakes the waiting thread so that it checks its stop condition.

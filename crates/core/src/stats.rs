@@ -227,6 +227,25 @@ region_counters! {
     bytes_written,
     /// Faults that made no progress (see [`Stats::no_progress_faults`]).
     no_progress_faults,
+    /// Batches of store reads submitted for this region (see
+    /// [`Stats::read_submissions`]).
+    read_submissions,
+    /// Store reads in those batches.
+    reads_submitted,
+    /// The most store reads one of those batches put in flight at once.
+    max_reads_in_flight,
+}
+
+impl RegionStats {
+    /// Store reads per batch submitted, on average
+    /// (`reads_submitted / read_submissions`); 0 before the first batch.
+    pub fn mean_reads_in_flight(&self) -> f64 {
+        if self.read_submissions == 0 {
+            0.0
+        } else {
+            self.reads_submitted as f64 / self.read_submissions as f64
+        }
+    }
 }
 
 /// `n` bytes for people: `512 B`, `12.0 MiB` (binary units, one decimal).

@@ -189,12 +189,19 @@ fn prefetch_main(shared: Arc<Shared>) {
     let mut w = Scratch::new();
     loop {
         let Some(mut job) = shared.jobs().next(|| shared.is_shutting_down()) else {
+            // Hints' pages locked busy are released, not left busy.
+            for job in shared.jobs().take_all() {
+                if job.locked {
+                    shared.release_locked(&job.region, &job.pages);
+                }
+            }
             return;
         };
         let region = job.region.clone();
         if let Some(_g) = region.enter() {
             match job.promote {
                 Some(chunk) => shared.promote(&mut w, &region, chunk),
+                None if job.locked => shared.fill_locked(&mut w, &region, &job.pages),
                 None => {
                     // The windows of every stream queued meanwhile go in
                     // flight together (with what signal handlers asked
@@ -207,6 +214,9 @@ fn prefetch_main(shared: Arc<Shared>) {
         } else if let (Some(chunk), Some(h)) = (job.promote, &region.huge) {
             // Being unmapped: give the claim back.
             h.abandon(chunk);
+        } else if job.locked {
+            // Being unmapped: the hint's pages are released.
+            shared.release_locked(&region, &job.pages);
         }
         w.credit.release_all(&shared.pool().budget);
     }

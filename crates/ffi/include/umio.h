@@ -540,6 +540,18 @@ struct umio_stats {
   // again, a dirty one gives SIGBUS). Each is logged (UMAP_LOG_LEVEL);
   // 0 in a correct program.
   uint64_t no_progress_faults;
+  // Batches of store reads submitted at once for this mapping: the
+  // reads of hints (umio_prefetch, madvise MADV_WILLNEED),
+  // read-ahead, pinning; a miss's own read is not one of them.
+  uint64_t read_submissions;
+  // Store reads in those batches.
+  uint64_t reads_submitted;
+  // The most store reads one batch put in flight at once (the store's
+  // queue depth once a batch filled it).
+  uint64_t max_reads_in_flight;
+  // reads_submitted / read_submissions: reads per batch, on average
+  // (0 before the first batch).
+  double mean_reads_in_flight;
 };
 
 // Counters and gauges of the whole runtime (every mapping, from the
@@ -612,6 +624,15 @@ struct umio_runtime_stats {
   // "in-thread", see umio_config_set_fault_service); the rest were
   // served by filler threads.
   uint64_t in_thread_faults;
+  // Batches of store reads submitted at once (see struct umio_stats),
+  // every mapping's.
+  uint64_t read_submissions;
+  // Store reads in those batches.
+  uint64_t reads_submitted;
+  // The most store reads one batch put in flight at once.
+  uint64_t max_reads_in_flight;
+  // reads_submitted / read_submissions (0 before the first batch).
+  double mean_reads_in_flight;
 };
 
 #ifdef __cplusplus

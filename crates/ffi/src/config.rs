@@ -119,6 +119,9 @@ pub(crate) struct Settings {
     /// Huge-page promotion (`UMIO_PROMOTE`).
     pub promote: PromoteKind,
     pub max_fault_events: u64,
+    /// Store requests in flight per batch (`UMIO_QUEUE_DEPTH`); `None`:
+    /// each store's own.
+    pub queue_depth: Option<usize>,
     pub log_level: Option<LevelFilter>,
     /// Full mode, user-mode-only, or full where allowed (`UMIO_UFFD_MODE`).
     pub uffd_mode: UffdMode,
@@ -172,6 +175,9 @@ impl Settings {
         if let Some(share) = self.cache_auto {
             builder = builder.cache_bytes_auto(f64::from(share) / 1000.0);
         }
+        if let Some(n) = self.queue_depth {
+            builder = builder.queue_depth(n);
+        }
         if let Some(spin) = self.filler_spin {
             builder = builder.filler_spin(spin);
         }
@@ -224,6 +230,7 @@ impl Settings {
             filler_spin: c.filler_spin,
             promote: c.promote,
             max_fault_events: c.max_fault_events as u64,
+            queue_depth: c.queue_depth,
             log_level: started.and_then(|s| s.log_level),
             uffd_mode: c.uffd_mode,
             page_cache: c.page_cache,
@@ -456,6 +463,9 @@ fn resolve_why<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Refu
             None => UMAP_MAX_FAULT_EVENTS,
         },
     };
+    if let Some(n) = e.queue_depth {
+        Builder::check_queue_depth(n)?;
+    }
     let log_level = match var(env, "UMAP_LOG_LEVEL") {
         Some(v) => Some(logging::parse_level(&v).ok_or_else(|| {
             Refused::einval(format!(
@@ -484,6 +494,7 @@ fn resolve_why<E: Env + ?Sized>(env: &E, o: &Overrides) -> Result<Settings, Refu
         filler_spin: e.filler_spin.flatten(),
         promote: e.promote.unwrap_or_default(),
         max_fault_events,
+        queue_depth: e.queue_depth,
         log_level,
         uffd_mode: o.uffd_mode.or(e.uffd_mode).unwrap_or_default(),
         page_cache: o.page_cache.or(e.page_cache).unwrap_or_default(),

@@ -26,7 +26,7 @@ use crate::boundary::{Errno, check_ptr};
 /// The type is `#[repr(C)]`, its first field is a `usize` at offset 0, and
 /// every bit pattern of all zeros, and every byte sequence made of a valid
 /// value's bytes cut at any length followed by zeros, is a valid value
-/// (integers and raw pointers only).
+/// (integers, floating-point numbers and raw pointers only).
 pub(crate) unsafe trait Extensible: Copy {}
 
 /// The caller's `size` member, checked: at least `sizeof(size_t)`.

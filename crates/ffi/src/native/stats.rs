@@ -40,9 +40,22 @@ pub struct umio_stats {
     /// again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
     /// 0 in a correct program.
     pub no_progress_faults: u64,
+    /// Batches of store reads submitted at once for this mapping: the
+    /// reads of hints (`umio_prefetch`, `madvise` `MADV_WILLNEED`),
+    /// read-ahead, pinning; a miss's own read is not one of them.
+    pub read_submissions: u64,
+    /// Store reads in those batches.
+    pub reads_submitted: u64,
+    /// The most store reads one batch put in flight at once (the store's
+    /// queue depth once a batch filled it).
+    pub max_reads_in_flight: u64,
+    /// `reads_submitted / read_submissions`: reads per batch, on average
+    /// (0 before the first batch).
+    pub mean_reads_in_flight: f64,
 }
 
-// SAFETY: repr(C), `size` first, integers only.
+// SAFETY: repr(C), `size` first, integers and one `double` (any bit
+// pattern, all zeros too, is a valid `double`).
 unsafe impl Extensible for umio_stats {}
 
 /// Copies the counters of the mapping holding `addr` to `*out`
@@ -69,6 +82,10 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             bytes_read: s.bytes_read,
             bytes_written: s.bytes_written,
             no_progress_faults: s.no_progress_faults,
+            read_submissions: s.read_submissions,
+            reads_submitted: s.reads_submitted,
+            max_reads_in_flight: s.max_reads_in_flight,
+            mean_reads_in_flight: s.mean_reads_in_flight(),
         };
         // SAFETY: the caller promised `size` writable bytes.
         unsafe { extensible::write(out, stats) }?;
@@ -149,13 +166,23 @@ pub struct umio_runtime_stats {
     /// `"in-thread"`, see `umio_config_set_fault_service`); the rest were
     /// served by filler threads.
     pub in_thread_faults: u64,
+    /// Batches of store reads submitted at once (see `struct umio_stats`),
+    /// every mapping's.
+    pub read_submissions: u64,
+    /// Store reads in those batches.
+    pub reads_submitted: u64,
+    /// The most store reads one batch put in flight at once.
+    pub max_reads_in_flight: u64,
+    /// `reads_submitted / read_submissions` (0 before the first batch).
+    pub mean_reads_in_flight: f64,
 }
 
 /// Buckets of `umio_runtime_stats.fault_latency`.
 pub const UMIO_LATENCY_BUCKETS: usize = 32;
 const _: () = assert!(UMIO_LATENCY_BUCKETS == umio_core::LATENCY_BUCKETS);
 
-// SAFETY: repr(C), `size` first, integers only.
+// SAFETY: repr(C), `size` first, integers and one `double` (any bit
+// pattern is a valid `double`).
 unsafe impl Extensible for umio_runtime_stats {}
 
 impl umio_runtime_stats {
@@ -188,6 +215,10 @@ impl umio_runtime_stats {
             fault_latency_sum_ns: s.fault_latency.sum_ns,
             fault_latency: s.fault_latency.buckets,
             in_thread_faults: s.in_thread_faults,
+            read_submissions: s.read_submissions,
+            reads_submitted: s.reads_submitted,
+            max_reads_in_flight: s.max_reads_in_flight,
+            mean_reads_in_flight: s.mean_reads_in_flight(),
         }
     }
 }
