@@ -9,6 +9,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
+use crate::in_thread::FaultService;
 use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher, UncheckedAdvice};
 use crate::region::Region;
 use crate::runtime::Runtime;
@@ -41,6 +42,10 @@ pub struct MapOptions {
     pub(crate) page_cache: Option<bool>,
     /// [`MapOptions::copy_on_write`].
     pub(crate) copy_on_write: bool,
+    /// [`MapOptions::fault_service`]; `None`: the runtime's.
+    pub(crate) fault_service: Option<FaultService>,
+    /// [`MapOptions::user_access_only`].
+    pub(crate) user_access_only: bool,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -59,6 +64,8 @@ impl std::fmt::Debug for MapOptions {
             .field("custom_promoter", &self.promoter.is_some())
             .field("page_cache", &self.page_cache)
             .field("copy_on_write", &self.copy_on_write)
+            .field("fault_service", &self.fault_service)
+            .field("user_access_only", &self.user_access_only)
             .finish()
     }
 }
@@ -271,6 +278,32 @@ impl MapOptions {
     pub fn promoter(mut self, promoter: Arc<dyn Promoter>) -> Self {
         self.promoter = Some(promoter);
         self.promote = None;
+        self
+    }
+
+    /// How this region's faults are served, whatever the runtime's default
+    /// ([`Builder::fault_service`](crate::Builder::fault_service),
+    /// `UMIO_FAULT_SERVICE`): [`FaultService::Fillers`],
+    /// [`FaultService::InThread`] (mapping fails with
+    /// [`Error::Unsupported`] on a kernel without `UFFD_FEATURE_SIGBUS`),
+    /// or [`FaultService::Auto`]. Unset, the runtime's setting applies.
+    /// [`Mapping::fault_service`] says what the region got.
+    pub fn fault_service(mut self, service: FaultService) -> Self {
+        self.fault_service = Some(service);
+        self
+    }
+
+    /// Declares the region private to user code: the kernel never reads or
+    /// writes it on the program's behalf (no `read(2)`/`write(2)`, io_uring,
+    /// AIO or `O_DIRECT` I/O into or out of it, except through
+    /// [`Mapping::read_into`]/[`Mapping::write_from`]). Then
+    /// [`FaultService::Auto`] (the default) serves it in-thread, which
+    /// costs less per miss; without the declaration `Auto` picks the fillers
+    /// wherever they also serve the kernel's accesses (full-mode
+    /// userfaultfd). A declared region given to a system call directly may
+    /// fail it with `EFAULT`.
+    pub fn user_access_only(mut self, on: bool) -> Self {
+        self.user_access_only = on;
         self
     }
 }
@@ -898,9 +931,23 @@ impl Mapping {
         self.rt.shared().unpin(&self.region, pages)
     }
 
-    /// Counters of this region since it was mapped.
+    /// Counters of this region since it was mapped, and how its faults
+    /// are served ([`RegionStats::fault_service`]).
     pub fn stats(&self) -> RegionStats {
-        self.region.stats.snapshot()
+        let mut s = self.region.stats.snapshot();
+        s.fault_service = self.fault_service();
+        s
+    }
+
+    /// How this region's faults are served: [`FaultService::Fillers`] or
+    /// [`FaultService::InThread`] (what [`MapOptions::fault_service`], the
+    /// runtime's default and [`FaultService::Auto`] made of it).
+    pub fn fault_service(&self) -> FaultService {
+        if self.region.in_thread {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        }
     }
 
     /// Whether every byte is mapped still: live and no hole. One

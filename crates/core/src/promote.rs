@@ -134,7 +134,7 @@ impl Shared {
                 waiters |= region.pages.unlock(p, to.unwrap_or(s));
             }
             if waiters {
-                self.wake(
+                self.wake(region, 
                     region.page_addr(pages.start),
                     pages.len() * region.page_size,
                 );
@@ -167,7 +167,7 @@ impl Shared {
         // from now on, and is written back whole.
         let mut to = None;
         if region.writable {
-            if let Err(e) = self.uffd().writeprotect(addr, HUGE_PAGE_SIZE, false, true) {
+            if let Err(e) = self.uffd_of(region).writeprotect(addr, HUGE_PAGE_SIZE, false, true) {
                 unlock_all(&locked, None);
                 return Err(PromoteFailure::Collapse(e));
             }
@@ -295,7 +295,7 @@ impl Shared {
                 None => {
                     for &(q, s) in &locked[1..] {
                         if region.pages.unlock(q, s) {
-                            self.wake(region.page_addr(q), region.page_size);
+                            self.wake(region, region.page_addr(q), region.page_size);
                         }
                     }
                     self.demote(region, h, chunk);
@@ -305,13 +305,13 @@ impl Shared {
         }
         let addr = region.page_addr(pages.start);
         if self
-            .uffd()
+            .uffd_of(region)
             .writeprotect(addr, HUGE_PAGE_SIZE, false, true)
             .is_err()
         {
             for &(q, s) in &locked[1..] {
                 if region.pages.unlock(q, s) {
-                    self.wake(region.page_addr(q), region.page_size);
+                    self.wake(region, region.page_addr(q), region.page_size);
                 }
             }
             self.demote(region, h, chunk);
@@ -329,7 +329,7 @@ impl Shared {
         }
         locked.clear();
         // The writer and any waiter on the range.
-        self.wake(addr, HUGE_PAGE_SIZE);
+        self.wake(region, addr, HUGE_PAGE_SIZE);
         true
     }
 }
