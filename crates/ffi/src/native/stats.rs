@@ -40,6 +40,10 @@ pub struct umio_stats {
     /// again, a dirty one gives SIGBUS). Each is logged (`UMAP_LOG_LEVEL`);
     /// 0 in a correct program.
     pub no_progress_faults: u64,
+    /// How the mapping's faults are served: 1 in the faulting thread
+    /// (`"in-thread"`), 0 by filler threads (`"fillers"`); see
+    /// `umio_map_options.fault_service`.
+    pub in_thread: u64,
 }
 
 // SAFETY: repr(C), `size` first, integers only.
@@ -69,6 +73,7 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             bytes_read: s.bytes_read,
             bytes_written: s.bytes_written,
             no_progress_faults: s.no_progress_faults,
+            in_thread: u64::from(s.fault_service == umio_core::FaultService::InThread),
         };
         // SAFETY: the caller promised `size` writable bytes.
         unsafe { extensible::write(out, stats) }?;
@@ -149,6 +154,9 @@ pub struct umio_runtime_stats {
     /// `"in-thread"`, see `umio_config_set_fault_service`); the rest were
     /// served by filler threads.
     pub in_thread_faults: u64,
+    /// Of `regions`, those whose faults are served in the faulting thread
+    /// (`umio_map_options.fault_service`); the fillers serve the others.
+    pub in_thread_regions: u64,
 }
 
 /// Buckets of `umio_runtime_stats.fault_latency`.
@@ -188,6 +196,7 @@ impl umio_runtime_stats {
             fault_latency_sum_ns: s.fault_latency.sum_ns,
             fault_latency: s.fault_latency.buckets,
             in_thread_faults: s.in_thread_faults,
+            in_thread_regions: s.in_thread_regions,
         }
     }
 }
