@@ -62,6 +62,7 @@ fn one_runtime_serves_a_region_of_each_service() {
     let opts = MapOptions::new().writable(true);
     // SAFETY: nothing but these mappings changes the file, each its own half.
     let fillers = unsafe { rt.map_file(&file, opts.clone().len(FILE_LEN / 2)) }.unwrap();
+    // SAFETY: nothing else changes the file while the mappings live.
     let in_thread = unsafe {
         rt.map_file(
             &file,
@@ -81,7 +82,10 @@ fn one_runtime_serves_a_region_of_each_service() {
     // evict the other's pages, across services.
     for round in 0..2 {
         for off in (0..FILE_LEN / 2).step_by(4096) {
-            assert_eq!(fillers[off], data[off], "fillers, byte {off}, round {round}");
+            assert_eq!(
+                fillers[off], data[off],
+                "fillers, byte {off}, round {round}"
+            );
             assert_eq!(
                 in_thread[off],
                 data[FILE_LEN / 2 + off],
@@ -115,6 +119,7 @@ fn auto_serves_in_thread_only_what_it_loses_nothing_by() {
     let rt = runtime(FaultService::Auto);
     // SAFETY: nothing else changes the file.
     let plain = unsafe { rt.map_file(&file, MapOptions::new()) }.unwrap();
+    // SAFETY: nothing else changes the file while the mappings live.
     let private = unsafe { rt.map_file(&file, MapOptions::new().user_access_only(true)) }.unwrap();
     let sigbus = rt.kernel_features().names().contains(&"SIGBUS");
     if rt.user_mode_only() {
@@ -136,6 +141,7 @@ fn auto_serves_in_thread_only_what_it_loses_nothing_by() {
     assert_same(&plain[..], &data, "plain region");
     assert_same(&private[..], &data, "user-access-only region");
     // A region's own choice wins over the runtime's default and `Auto`.
+    // SAFETY: nothing else changes the file while the mappings live.
     let forced = unsafe {
         rt.map_file(
             &file,
@@ -170,7 +176,12 @@ fn plain_read_into_a_non_resident_in_thread_region_fails_and_into_fillers_does_n
         let off = 128 << 10;
         assert!(!map.is_resident(off));
         let src = source(&input);
-        let got = raw_read(src.as_raw_fd(), unsafe { map.as_ptr().add(off) }, input.len());
+        let got = raw_read(
+            src.as_raw_fd(),
+            // SAFETY: off + the input's length lies within the mapping.
+            unsafe { map.as_ptr().add(off) },
+            input.len(),
+        );
         match service {
             FaultService::InThread => assert_eq!(got, Err(libc::EFAULT), "{service:?}"),
             _ => {
@@ -232,8 +243,7 @@ fn write_from_writes_non_resident_pages_of_either_service() {
         let (_tmp, file) = rw_file_with(&data);
         let rt = runtime(FaultService::Fillers);
         // SAFETY: nothing else changes the file.
-        let map =
-            unsafe { rt.map_file(&file, MapOptions::new().fault_service(service)) }.unwrap();
+        let map = unsafe { rt.map_file(&file, MapOptions::new().fault_service(service)) }.unwrap();
         let (start, len) = (200_003, 250_000);
         assert!(!map.is_resident(start));
         let mut out = tempfile::tempfile().unwrap();
@@ -248,7 +258,11 @@ fn write_from_writes_non_resident_pages_of_either_service() {
         let mut got = Vec::new();
         out.seek(SeekFrom::Start(0)).unwrap();
         out.read_to_end(&mut got).unwrap();
-        assert_same(&got, &data[start..start + len], "file written by write_from");
+        assert_same(
+            &got,
+            &data[start..start + len],
+            "file written by write_from",
+        );
     }
 }
 
@@ -266,6 +280,7 @@ fn read_into_refuses_bad_arguments() {
             ro.read_into(&src, None, 0..10),
             Err(umio::Error::InvalidArgument(_))
         ));
+        // SAFETY: nothing else changes the file while the mappings live.
         let mut rw = unsafe {
             rt.map_file(
                 &file,

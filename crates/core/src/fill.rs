@@ -883,7 +883,13 @@ impl Shared {
                     }
                 }
             };
-            let copied = self.install(region, region.page_addr(run.start), src, region.writable, true);
+            let copied = self.install(
+                region,
+                region.page_addr(run.start),
+                src,
+                region.writable,
+                true,
+            );
             if let Err(e) = copied {
                 if e == libc::EEXIST && self.reader_must_not_drop() {
                     // Handed to the evictors by `install`: not a failure.
@@ -921,7 +927,11 @@ impl Shared {
             waiters |= region.pages.unlock(p, to);
         }
         if waiters {
-            self.wake(region, region.page_addr(run.start), run.len() * region.page_size);
+            self.wake(
+                region,
+                region.page_addr(run.start),
+                run.len() * region.page_size,
+            );
         }
     }
 

@@ -1,6 +1,6 @@
 //! Faults served by the thread that takes them ([`FaultService::InThread`]).
 //!
-//! The runtime's userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the
+//! The runtime's in-thread userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the
 //! kernel queues no event for a fault on a registered range but sends
 //! SIGBUS to the faulting thread. Umio's process-wide handler
 //! ([`on_sigbus`]) finds the region in a table readable from a signal
@@ -18,7 +18,7 @@
 //! process ends as it would without umio), and umio's handler stays.
 //!
 //! Signal-context rules kept here: no allocation (slots and their scratch
-//! are made when the first in-thread runtime starts), no lock that code
+//! are made when the first in-thread region is mapped), no lock that code
 //! outside the handler holds while touching mapped memory, no lazily
 //! initialised thread-local, no logging (errors go to `report.rs`'s ring),
 //! no unwinding (a panic in the handler aborts the process).

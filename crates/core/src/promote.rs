@@ -134,7 +134,8 @@ impl Shared {
                 waiters |= region.pages.unlock(p, to.unwrap_or(s));
             }
             if waiters {
-                self.wake(region, 
+                self.wake(
+                    region,
                     region.page_addr(pages.start),
                     pages.len() * region.page_size,
                 );
@@ -167,7 +168,10 @@ impl Shared {
         // from now on, and is written back whole.
         let mut to = None;
         if region.writable {
-            if let Err(e) = self.uffd_of(region).writeprotect(addr, HUGE_PAGE_SIZE, false, true) {
+            if let Err(e) = self
+                .uffd_of(region)
+                .writeprotect(addr, HUGE_PAGE_SIZE, false, true)
+            {
                 unlock_all(&locked, None);
                 return Err(PromoteFailure::Collapse(e));
             }

@@ -721,8 +721,13 @@ impl Shared {
                 .each_ref()
                 .map(|w| w.load(Ordering::Relaxed)),
             regions: self.regions.load().len() as u64,
-            in_thread_regions: self.regions.load().all().iter().filter(|r| r.in_thread).count()
-                as u64,
+            in_thread_regions: self
+                .regions
+                .load()
+                .all()
+                .iter()
+                .filter(|r| r.in_thread)
+                .count() as u64,
         })
     }
 

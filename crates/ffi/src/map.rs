@@ -7,7 +7,9 @@ use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 use umio_backends::{DaxStore, UringOptions, UringStore};
-use umio_core::{FaultService, MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher, PromoteKind, Promoter};
+use umio_core::{
+    FaultService, MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher, PromoteKind, Promoter,
+};
 
 use crate::boundary::Errno;
 use crate::store::CStore;

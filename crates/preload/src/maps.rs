@@ -295,13 +295,7 @@ fn checked_range(addr: usize, len: usize) -> Result<Range<usize>, Errno> {
 /// Whether `mmap(fd)` is one for umio: the file's identity if so, and
 /// whether its path is opted in to the in-thread service
 /// (`UMIO_PRELOAD_IN_THREAD_PATHS`).
-fn selected(
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> Option<(FileId, bool)> {
+fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Option<(FileId, bool)> {
     let cfg = config();
     if cfg.paths.is_empty()
         || flags & libc::MAP_ANONYMOUS != 0

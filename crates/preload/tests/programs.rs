@@ -854,7 +854,10 @@ fn gnu_sort_in_heap_mode_under_the_in_thread_service_sorts_as_without_the_shim()
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "sort under the shim: {o:?}");
-    assert!(stat(&o, "allocations") >= 1, "sort's buffer in the heap: {stderr}");
+    assert!(
+        stat(&o, "allocations") >= 1,
+        "sort's buffer in the heap: {stderr}"
+    );
     assert!(
         std::fs::read(&plain).unwrap() == std::fs::read(&shimmed).unwrap(),
         "sort's output under the shim differs from its output without it"

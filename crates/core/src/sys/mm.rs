@@ -325,9 +325,7 @@ pub(crate) fn write_fd(fd: RawFd, addr: usize, len: usize, at: Option<u64>) -> R
         let n = unsafe {
             match at {
                 None => libc::write(fd, addr as *const libc::c_void, len),
-                Some(off) => {
-                    libc::pwrite(fd, addr as *const libc::c_void, len, off as libc::off_t)
-                }
+                Some(off) => libc::pwrite(fd, addr as *const libc::c_void, len, off as libc::off_t),
             }
         };
         if n >= 0 {

@@ -146,21 +146,23 @@ pub unsafe extern "C" fn umio_write_from(
     })
 }
 
-/// The checked arguments of `umio_read_into` and `umio_write_from`.
+/// The checked arguments of `umio_read_into` and `umio_write_from`: the
+/// mapping, the range in it, the file offset (`None`: the position) and
+/// the descriptor.
+type SyscallArgs = (
+    std::sync::Arc<Mapping>,
+    Range<usize>,
+    Option<u64>,
+    std::os::fd::BorrowedFd<'static>,
+);
+
+/// Checks the arguments of `umio_read_into` and `umio_write_from`.
 fn syscall_args(
     addr: *const c_void,
     len: usize,
     fd: c_int,
     file_offset: i64,
-) -> Result<
-    (
-        std::sync::Arc<Mapping>,
-        Range<usize>,
-        Option<u64>,
-        std::os::fd::BorrowedFd<'static>,
-    ),
-    Errno,
-> {
+) -> Result<SyscallArgs, Errno> {
     if len == 0 || fd < 0 || file_offset < -1 {
         return Err(Errno(if fd < 0 { libc::EBADF } else { libc::EINVAL }));
     }
