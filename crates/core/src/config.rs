@@ -293,10 +293,13 @@ impl Builder {
         self
     }
 
-    /// How faults are served: by filler threads (the default,
-    /// [`FaultService::Fillers`]) or by the faulting thread itself in a
-    /// SIGBUS handler ([`FaultService::InThread`]: no thread hand-off, see
-    /// its rule about system calls). Unless set here, the runtime takes
+    /// How the faults of regions that do not choose
+    /// ([`MapOptions::fault_service`](crate::MapOptions::fault_service))
+    /// are served: by filler threads ([`FaultService::Fillers`]), by the
+    /// faulting thread itself in a SIGBUS handler
+    /// ([`FaultService::InThread`]: no thread hand-off, see its rule about
+    /// system calls), or, the default, whichever loses nothing for each
+    /// region ([`FaultService::Auto`]). Unless set here, the runtime takes
     /// `UMIO_FAULT_SERVICE` (`fillers`, `in-thread` or `auto`) from the
     /// environment, so that a program can be switched without a rebuild;
     /// a malformed value fails [`build`](Builder::build).
@@ -643,8 +646,9 @@ pub(crate) struct Config {
     pub evictors: usize,
     /// `map_file` through the kernel's page cache ([`Builder::page_cache`]).
     pub page_cache: bool,
-    /// As asked: `Auto` is resolved when the runtime starts (see
-    /// `Shared::in_thread` for what it became).
+    /// As asked: [`FaultService::Auto`] is resolved per region when it is
+    /// mapped (`Shared::region_service`); the runtime's default for
+    /// regions that declare nothing is resolved when it starts.
     pub fault_service: FaultService,
     /// Remove events are on (`Builder::remove_events`, and the kernel has
     /// them: resolved when the runtime starts).
@@ -706,8 +710,8 @@ pub struct RuntimeConfig {
     /// `Some(share)`: the automatic cache bound
     /// ([`Builder::cache_bytes_auto`]).
     pub cache_auto: Option<f64>,
-    /// Fillers asked for ([`Builder::fillers`]); none runs when faults are
-    /// served in the faulting thread.
+    /// Fillers asked for ([`Builder::fillers`]); they start with the
+    /// first region the fillers serve.
     pub fillers: usize,
     /// Evictors asked for ([`Builder::evictors`]); with remove events on,
     /// at least one runs.
@@ -732,8 +736,10 @@ pub struct RuntimeConfig {
     /// The userfaultfd mode asked for ([`Builder::uffd_mode`]); what it
     /// became: [`Runtime::user_mode_only`](crate::Runtime::user_mode_only).
     pub uffd_mode: UffdMode,
-    /// How faults are served: [`FaultService::Fillers`] or
-    /// [`FaultService::InThread`] (what `Auto` became).
+    /// How the faults of a region that chooses nothing and declares
+    /// nothing are served: [`FaultService::Fillers`] or
+    /// [`FaultService::InThread`] (what `Auto` became for it). Each
+    /// region's own: [`Mapping::fault_service`](crate::Mapping::fault_service).
     pub fault_service: FaultService,
     /// [`Builder::page_cache`].
     pub page_cache: bool,

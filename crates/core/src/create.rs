@@ -14,11 +14,13 @@ use umio_backends::{FileStore, Store, UncachedFileStore};
 use crate::config::{Builder, MIN_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, free_huge_pages};
+use crate::in_thread::FaultService;
 use crate::mapping::{Fixed, MapOptions, Mapping};
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::shared::Shared;
 use crate::sys::mm;
+use crate::sys::uffd::feature;
 
 impl Runtime {
     /// Maps a file. The runtime keeps its own duplicate of the descriptor.
@@ -115,14 +117,15 @@ impl Region {
     /// address, replacing older regions there, if asked), registers it with
     /// the userfaultfd and publishes it in `shared`'s region table.
     pub(crate) fn create(
-        shared: &Shared,
+        shared: &Arc<Shared>,
         store: Arc<dyn Store>,
         opts: &MapOptions,
     ) -> Result<Arc<Region>> {
         if shared.is_closed() {
             return Err(Error::ShutDown);
         }
-        if shared.in_thread() && opts.writable && shared.cfg().evictors == 0 {
+        let in_thread = shared.region_service(opts)? == FaultService::InThread;
+        if in_thread && opts.writable && shared.cfg().evictors == 0 {
             // The handler reclaims clean pages only: dirty ones would
             // wait for an evictor forever.
             return Err(Error::InvalidArgument(
@@ -130,7 +133,7 @@ impl Region {
                  (evictors(0) leaves dirty pages nobody can write back)",
             ));
         }
-        if shared.in_thread() && crate::in_thread::a_thread_blocks_sigbus() {
+        if in_thread && crate::in_thread::a_thread_blocks_sigbus() {
             // The kernel would kill the thread on its first miss rather
             // than deliver a blocked SIGBUS.
             return Err(Error::InvalidArgument(
@@ -139,6 +142,13 @@ impl Region {
                  FaultService::Fillers)",
             ));
         }
+        // The service's descriptor (opened, its threads started, with its
+        // first region).
+        let uffd = shared.service_uffd(if in_thread {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        })?;
         crate::report::drain();
         let mut page_size = opts.page_size.unwrap_or(shared.cfg().default_page_size);
         let mut hugetlb = false;
@@ -309,7 +319,7 @@ impl Region {
                 log::warn!("umio: madvise(MADV_HUGEPAGE) failed: errno {e}");
             }
         }
-        if let Err(e) = shared.uffd().register(base, span, opts.writable) {
+        if let Err(e) = uffd.register(base, span, opts.writable) {
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("UFFDIO_REGISTER", e));
@@ -327,12 +337,14 @@ impl Region {
             opts.writable,
             prefetch,
         ) else {
-            let _ = shared.uffd().unregister(base, span);
+            let _ = uffd.unregister(base, span);
             let r = mm::unmap(base, span);
             debug_assert!(r.is_ok());
             return Err(Error::os("allocating the page table", libc::ENOMEM));
         };
-        let region = region.with_huge(hugetlb, huge_pool, huge);
+        let region = region
+            .with_huge(hugetlb, huge_pool, huge)
+            .with_in_thread(in_thread);
         let region = Arc::new(region);
         shared.publish(&w, region.clone());
         drop(w);
@@ -341,6 +353,34 @@ impl Region {
 }
 
 impl Shared {
+    /// The service a region mapped with `opts` gets: its own choice, else
+    /// the runtime's; `Auto` serves it in-thread where nothing is lost by
+    /// it (see [`FaultService::Auto`]), else by the fillers.
+    pub(crate) fn region_service(&self, opts: &MapOptions) -> Result<FaultService> {
+        let sigbus = self.features().bits() & feature::SIGBUS != 0;
+        match opts.fault_service.unwrap_or(self.cfg().fault_service) {
+            FaultService::Fillers => Ok(FaultService::Fillers),
+            FaultService::InThread if !sigbus => Err(Error::Unsupported(
+                "the in-thread fault service needs UFFD_FEATURE_SIGBUS (Linux 4.14)",
+            )),
+            FaultService::InThread => Ok(FaultService::InThread),
+            FaultService::Auto => {
+                let private = self.features().user_mode_only() || opts.user_access_only;
+                Ok(
+                    if private
+                        && sigbus
+                        && self.cfg().evictors > 0
+                        && !crate::in_thread::a_thread_blocks_sigbus()
+                    {
+                        FaultService::InThread
+                    } else {
+                        FaultService::Fillers
+                    },
+                )
+            }
+        }
+    }
+
     /// Before a fixed mapping of `range`: with `replace`, takes the pages
     /// of older regions in the range out of them, after writing them back
     /// (see [`MapOptions::fixed_address`]), and adds their address ranges

@@ -141,7 +141,7 @@ impl Shared {
                     if region.pages.try_lock_evicting(p, PageState::Dirty) {
                         if region.pages.is_pinned(p) {
                             if region.pages.unlock(p, PageState::Dirty) {
-                                self.wake(region.page_addr(p), region.page_size);
+                                self.wake(region, region.page_addr(p), region.page_size);
                             }
                         } else {
                             w.locked.push((p, PageState::Dirty));
@@ -468,7 +468,7 @@ impl Shared {
                 // hands it back to the policy).
                 Some(s) if region.pages.is_pinned(p) => {
                     if region.pages.unlock(p, s) {
-                        self.wake(region.page_addr(p), region.page_size);
+                        self.wake(region, region.page_addr(p), region.page_size);
                     }
                 }
                 Some(s) => w.locked.push((p, s)),
@@ -509,7 +509,7 @@ impl Shared {
                         return true;
                     }
                     if region.pages.unlock(p, s) {
-                        self.wake(region.page_addr(p), region.page_size);
+                        self.wake(region, region.page_addr(p), region.page_size);
                     }
                     policy.restore(region.key(p));
                     false
@@ -562,7 +562,7 @@ impl Shared {
                     Some(s) if region.pages.is_pinned(q) => {
                         whole = false;
                         if region.pages.unlock(q, s) {
-                            self.wake(region.page_addr(q), region.page_size);
+                            self.wake(region, region.page_addr(q), region.page_size);
                         }
                     }
                     Some(s) => added.push((q, s)),
@@ -625,7 +625,7 @@ impl Shared {
             // Still resident, so still eviction candidates.
             for &p in &failed {
                 if region.pages.unlock(p, PageState::Dirty) {
-                    self.wake(region.page_addr(p), region.page_size);
+                    self.wake(region, region.page_addr(p), region.page_size);
                 }
                 self.policy_of(region).restore(region.key(p));
             }
@@ -668,7 +668,7 @@ impl Shared {
                         was
                     };
                     if region.pages.unlock(p, to) {
-                        self.wake(region.page_addr(p), region.page_size);
+                        self.wake(region, region.page_addr(p), region.page_size);
                     }
                     self.policy_of(region).restore(region.key(p));
                 }
@@ -736,7 +736,7 @@ impl Shared {
                         // pages locked go back as they were.
                         for (q, &s) in (pages.start..p).zip(&locked) {
                             if region.pages.unlock(q, s) {
-                                self.wake(region.page_addr(q), region.page_size);
+                                self.wake(region, region.page_addr(q), region.page_size);
                             }
                         }
                         return Err(libc::ENOMEM);

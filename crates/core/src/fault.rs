@@ -42,7 +42,7 @@ impl Shared {
             // what an access to unmapped memory gets. Dropping the event
             // would leave it asleep for good.
             self.counters().stale.fetch_add(1, Relaxed);
-            self.wake(addr & !(crate::MIN_PAGE_SIZE - 1), crate::MIN_PAGE_SIZE);
+            self.wake_fillers(addr & !(crate::MIN_PAGE_SIZE - 1), crate::MIN_PAGE_SIZE);
             return;
         };
         let Some(_guard) = region.enter() else {
@@ -109,7 +109,7 @@ impl Shared {
                         }
                         self.counters().stale.fetch_add(1, Relaxed);
                         region.stats.hits.fetch_add(1, Relaxed);
-                        self.wake(region.page_addr(page), region.page_size);
+                        self.wake(region, region.page_addr(page), region.page_size);
                         self.prefetch_after(w, region, page, write, FaultKind::Resolved);
                         return;
                     }
@@ -260,7 +260,7 @@ impl Shared {
         self.demote_range(region, &(page..page + 1));
         if !region.pages.try_lock(page, was) {
             // Changed meanwhile: the thread's next fault sees what it is.
-            self.wake(addr, ps);
+            self.wake(region, addr, ps);
             return true;
         }
         self.counters().no_progress_faults.fetch_add(1, Relaxed);
@@ -282,20 +282,20 @@ impl Shared {
         {
             report::error(Report::Madvise { errno: e });
             let _ = region.pages.unlock(page, was);
-            self.wake(addr, ps);
+            self.wake(region, addr, ps);
             return true;
         }
         if was == PageState::Dirty {
             self.count_undirty(region, 1);
         }
         self.budget_of(region).release(ps as u64);
-        if dirty && !self.in_thread() {
+        if dirty && !region.in_thread {
             self.poison_and_release(region, page..page + 1);
         } else {
             // The faulting thread waits for this wake, waiters registered
             // or not (fillers); in-thread, it is the caller.
             let _ = region.pages.unlock(page, PageState::Empty);
-            self.wake(addr, ps);
+            self.wake(region, addr, ps);
         }
         !dirty
     }
@@ -323,7 +323,7 @@ impl Shared {
                         if region.pages.unlock(page, was) {
                             // Others waited on the busy page: woken, the
                             // writer with them, which comes back here.
-                            self.wake(addr, region.page_size);
+                            self.wake(region, addr, region.page_size);
                         }
                         return false;
                     }
@@ -351,7 +351,7 @@ impl Shared {
         // DONTWAKE: the writer must not run (and, say, call `flush`) before
         // the page is counted dirty and unlocked.
         let to = match per_vma(addr, region.page_size, |at, n| {
-            self.uffd().writeprotect(at, n, false, true)
+            self.uffd_of(region).writeprotect(at, n, false, true)
         }) {
             Ok(()) => PageState::Dirty,
             Err(e) => {
@@ -366,7 +366,7 @@ impl Shared {
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);
-        self.wake(addr, region.page_size);
+        self.wake(region, addr, region.page_size);
         true
     }
 }

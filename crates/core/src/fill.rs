@@ -103,7 +103,7 @@ impl Shared {
                 // At the dirty limit (fillers): filled as a read; the
                 // write faults again on the clean page and waits there.
                 Ok(DirtyNow::Wait) => write = false,
-                Err(_) if self.in_thread() || w.thread != 0 => {
+                Err(_) if region.in_thread || w.thread != 0 => {
                     self.refuse_write(region, page, PageState::Empty, w.thread);
                     return false;
                 }
@@ -126,7 +126,7 @@ impl Shared {
                 // faults again.
                 self.kick_evictors();
                 let _ = region.pages.unlock(page, PageState::Empty);
-                self.wake(addr, ps);
+                self.wake(region, addr, ps);
                 return true;
             }
             // The page can never fit beside the pinned pages (`reserve`;
@@ -157,7 +157,7 @@ impl Shared {
         let wp = region.writable && !dirty;
         // DONTWAKE: the faulting thread must not run (and, say, call
         // `flush` after a write) before the page's state is recorded.
-        let copied = self.install(addr, src, wp, true);
+        let copied = self.install(region, addr, src, wp, true);
         if let Err(e) = copied {
             self.budget_of(region).release(ps as u64);
             if e == libc::EEXIST && self.reader_must_not_drop() {
@@ -173,7 +173,7 @@ impl Shared {
             if region.is_closing() {
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
-                self.wake(addr, ps);
+                self.wake(region, addr, ps);
                 return true;
             }
             // Woken with the page still missing, the thread would fault
@@ -211,7 +211,7 @@ impl Shared {
             },
         );
         self.trace_step(Step::Waking);
-        self.wake(addr, ps);
+        self.wake(region, addr, ps);
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));
         self.prefetch_after(w, region, page, write, FaultKind::Miss);
@@ -262,7 +262,7 @@ impl Shared {
             // them) down to half the limit.
             pool.dirty_wanted.store(true, Relaxed);
             self.kick_evictors();
-            if !self.in_thread() {
+            if !region.in_thread {
                 // A filler neither waits here (it would keep every other
                 // fault, readers' too, waiting) nor writes to the store
                 // itself (a store whose writes hang would take every
@@ -291,7 +291,7 @@ impl Shared {
     pub(crate) fn wake_parked_writers(&self, pool: &crate::shared::Pool) {
         let parked = std::mem::take(&mut *pool.parked.lock().unwrap_or_else(|e| e.into_inner()));
         for (addr, len) in parked {
-            self.wake(addr, len);
+            self.wake_fillers(addr, len);
         }
     }
 
@@ -309,11 +309,11 @@ impl Shared {
     /// The store's failure was logged when write-back met it.
     pub(crate) fn refuse_write(&self, region: &Region, page: usize, was: PageState, thread: u32) {
         let (addr, ps) = (region.page_addr(page), region.page_size);
-        if self.in_thread()
+        if region.in_thread
             || (thread != 0 && crate::sys::signal::sigbus_thread(thread, addr).is_ok())
         {
             let _ = region.pages.unlock(page, was);
-            self.wake(addr, ps);
+            self.wake(region, addr, ps);
             return;
         }
         if was == PageState::Clean {
@@ -321,13 +321,13 @@ impl Shared {
                 // A reader may not drop pages (`remove.rs`): the writer
                 // faults again, and waits so, until the store works.
                 let _ = region.pages.unlock(page, was);
-                self.wake(addr, ps);
+                self.wake(region, addr, ps);
                 return;
             }
             if let Err(e) = mm::advise(addr, ps, libc::MADV_DONTNEED) {
                 log::error!("umio: MADV_DONTNEED failed: errno {e}");
                 let _ = region.pages.unlock(page, was);
-                self.wake(addr, ps);
+                self.wake(region, addr, ps);
                 return;
             }
             self.budget_of(region).release(ps as u64);
@@ -481,11 +481,18 @@ impl Shared {
     /// kernel refuses because it spans several VMAs (an `mprotect` of part
     /// of a page, or of part of a run, splits them) is copied in pieces,
     /// each within one VMA and taking its protection (see [`per_vma`]).
-    fn install(&self, dst: usize, src: &[u8], wp: bool, dontwake: bool) -> Result<(), i32> {
+    fn install(
+        &self,
+        region: &Region,
+        dst: usize,
+        src: &[u8],
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), i32> {
         per_vma(dst, src.len(), |at, n| {
             // `at - dst + n <= src.len()`: within the source.
             let from = &src[at - dst..at - dst + n];
-            match self.uffd().copy(at, from, wp, dontwake) {
+            match self.uffd_of(region).copy(at, from, wp, dontwake) {
                 Err(libc::EEXIST) if self.reader_must_not_drop() => {
                     // A reader may not drop pages itself (`remove.rs`):
                     // the evictors do, once this thread unlocks them.
@@ -496,7 +503,7 @@ impl Shared {
                     // We hold every page of the range busy and Empty, so a
                     // present page is stale: drop it and copy again.
                     mm::advise(at, n, libc::MADV_DONTNEED)?;
-                    self.uffd().copy(at, from, wp, dontwake)
+                    self.uffd_of(region).copy(at, from, wp, dontwake)
                 }
                 r => r,
             }
@@ -509,7 +516,7 @@ impl Shared {
     /// (`Advice::DontNeed`) or the region is unmapped.
     fn fail_fill(&self, region: &Region, pages: Range<usize>) {
         self.counters().read_errors.fetch_add(1, Relaxed);
-        if self.in_thread() {
+        if region.in_thread {
             // The faulting thread raises SIGBUS itself, now (a poisoned
             // page faults as an ordinary miss in SIGBUS mode on kernels
             // built without memory-failure support: it could not tell).
@@ -527,7 +534,7 @@ impl Shared {
         let addr = region.page_addr(pages.start);
         let len = pages.len() * region.page_size;
         if self.features().poison() {
-            if let Err(e) = per_vma(addr, len, |at, n| self.uffd().poison(at, n)) {
+            if let Err(e) = per_vma(addr, len, |at, n| self.uffd_of(region).poison(at, n)) {
                 report::error(Report::Poison { errno: e });
             }
         } else {
@@ -536,7 +543,7 @@ impl Shared {
         for p in pages {
             let _ = region.pages.unlock(p, PageState::Empty);
         }
-        self.wake(addr, len);
+        self.wake(region, addr, len);
     }
 
     /// Reserves cache space. With `may_reclaim`, evicts pages itself when
@@ -1013,7 +1020,7 @@ impl Shared {
     /// reserved), clean, and releases the run; on failure releases it Empty
     /// with its space. Returns whether it was installed.
     fn install_run(&self, region: &Region, run: &Range<usize>, src: &[u8]) -> bool {
-        let copied = self.install(region.page_addr(run.start), src, region.writable, true);
+        let copied = self.install(region, region.page_addr(run.start), src, region.writable, true);
         if let Err(e) = copied {
             if e == libc::EEXIST && self.reader_must_not_drop() {
                 // Handed to the evictors by `install`: not a failure.
@@ -1060,7 +1067,7 @@ impl Shared {
             waiters |= region.pages.unlock(p, to);
         }
         if waiters {
-            self.wake(region.page_addr(run.start), run.len() * region.page_size);
+            self.wake(region, region.page_addr(run.start), run.len() * region.page_size);
         }
     }
 

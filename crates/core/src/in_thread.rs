@@ -1,6 +1,6 @@
 //! Faults served by the thread that takes them ([`FaultService::InThread`]).
 //!
-//! The runtime's userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the
+//! The runtime's in-thread userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the
 //! kernel queues no event for a fault on a registered range but sends
 //! SIGBUS to the faulting thread. Umio's process-wide handler
 //! ([`on_sigbus`]) finds the region in a table readable from a signal
@@ -18,7 +18,7 @@
 //! process ends as it would without umio), and umio's handler stays.
 //!
 //! Signal-context rules kept here: no allocation (slots and their scratch
-//! are made when the first in-thread runtime starts), no lock that code
+//! are made when the first in-thread region is mapped), no lock that code
 //! outside the handler holds while touching mapped memory, no lazily
 //! initialised thread-local, no logging (errors go to `report.rs`'s ring),
 //! no unwinding (a panic in the handler aborts the process).
@@ -55,7 +55,12 @@ use crate::scratch::Scratch;
 use crate::shared::Shared;
 use crate::sys::signal::{self, BusFault, ServiceStacks};
 
-/// How a runtime serves its faults: see [`Builder::fault_service`](crate::Builder::fault_service).
+/// How a region's faults are served: per region
+/// ([`MapOptions::fault_service`](crate::MapOptions::fault_service)), with
+/// the runtime's setting ([`Builder::fault_service`](crate::Builder::fault_service),
+/// `UMIO_FAULT_SERVICE`) as the default of regions that do not choose. A
+/// runtime opens one userfaultfd per service it uses, the first time a
+/// region of that service is mapped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FaultService {
     /// Filler threads read fault events from the userfaultfd and resolve
@@ -63,21 +68,27 @@ pub enum FaultService {
     /// hand-offs per miss). Faults raised by the kernel on a mapping's
     /// behalf (a mapped buffer passed to `read(2)`) are served too, in full
     /// userfaultfd mode.
-    #[default]
     Fillers,
     /// The faulting thread serves its own fault in a SIGBUS handler
     /// (`UFFD_FEATURE_SIGBUS`): no hand-off, and every application thread
     /// has its own miss in flight. Its one rule: a non-resident mapped
     /// buffer passed to a system call fails it with `EFAULT` (the kernel
-    /// raises no signal for its own accesses); fault the buffer in first
-    /// ([`Mapping::populate`](crate::Mapping::populate)). A map is refused
-    /// while a thread of the process blocks SIGBUS; a thread that blocks it
-    /// later is killed by the kernel on its first miss.
+    /// raises no signal for its own accesses); pass it through
+    /// [`Mapping::read_into`](crate::Mapping::read_into) and
+    /// [`Mapping::write_from`](crate::Mapping::write_from), or fault it in
+    /// first ([`Mapping::populate`](crate::Mapping::populate)). A map is
+    /// refused while a thread of the process blocks SIGBUS; a thread that
+    /// blocks it later is killed by the kernel on its first miss.
     InThread,
-    /// [`InThread`](FaultService::InThread) where nothing is lost by it
-    /// (the runtime's userfaultfd is user-mode-only, so system calls on
-    /// non-resident buffers fail either way) and the kernel offers
-    /// `UFFD_FEATURE_SIGBUS`; [`Fillers`](FaultService::Fillers) otherwise.
+    /// The default: [`InThread`](FaultService::InThread) where nothing is
+    /// lost by it, [`Fillers`](FaultService::Fillers) otherwise. Nothing is
+    /// lost where the runtime's userfaultfd is user-mode-only (system calls
+    /// on non-resident buffers fail either way), or where the program
+    /// declares the region private to user code
+    /// ([`MapOptions::user_access_only`](crate::MapOptions::user_access_only));
+    /// it also takes a kernel with `UFFD_FEATURE_SIGBUS`, an evictor, and
+    /// no thread blocking SIGBUS when the region is mapped.
+    #[default]
     Auto,
 }
 
@@ -306,7 +317,9 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
     // Held from reading the region's ranges to publishing them, so that
     // two updates of one region publish in the order they read.
     let w = rcu::writer();
-    let ranges = if mapped {
+    // A fillers' region is in the table by id only (a handler's eviction
+    // may pick its pages); its faults are not the handler's.
+    let ranges = if mapped && region.in_thread {
         region.mapped_ranges()
     } else {
         Vec::new()

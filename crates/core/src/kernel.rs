@@ -115,6 +115,47 @@ pub fn kernel_features() -> Result<KernelFeatures> {
         .clone()
 }
 
+/// The `UFFDIO_API` features a runtime asks for on the userfaultfd of
+/// `service` (one descriptor per service: `Shared::service_uffd`), of
+/// those the kernel offers (`offered`): write-protect faults, poison and
+/// thread ids for both, remove events if on, and `UFFD_FEATURE_SIGBUS`
+/// for the in-thread service's only (a fault on its ranges raises SIGBUS
+/// in the faulting thread; a kernel access to one fails with `EFAULT`).
+pub(crate) fn service_features(
+    service: crate::in_thread::FaultService,
+    offered: u64,
+    remove_events: bool,
+) -> u64 {
+    let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
+    if service == crate::in_thread::FaultService::InThread {
+        wanted |= feature::SIGBUS;
+    }
+    if remove_events {
+        wanted |= feature::EVENT_REMOVE;
+    }
+    offered & wanted
+}
+
+/// Opens a userfaultfd (user-mode-only or not) and enables `features` on
+/// it (`UFFDIO_API`, once per descriptor): the one place a runtime's
+/// descriptors are made and configured.
+pub(crate) fn open_configured(user_mode_only: bool, features: u64) -> Result<Uffd> {
+    let (uffd, _) = open_uffd(if user_mode_only {
+        UffdMode::UserModeOnly
+    } else {
+        UffdMode::Full
+    })?;
+    configure(&uffd, features)?;
+    Ok(uffd)
+}
+
+/// `UFFDIO_API` with `features` on a descriptor just opened.
+pub(crate) fn configure(uffd: &Uffd, features: u64) -> Result<()> {
+    uffd.api(features)
+        .map(|_| ())
+        .map_err(|e| Error::os("UFFDIO_API", e))
+}
+
 /// Opens a userfaultfd in `mode`; returns it and whether it is
 /// user-mode-only.
 pub(crate) fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {

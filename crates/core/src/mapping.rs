@@ -9,6 +9,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
+use crate::in_thread::FaultService;
 use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher, UncheckedAdvice};
 use crate::region::Region;
 use crate::runtime::Runtime;
@@ -41,6 +42,10 @@ pub struct MapOptions {
     pub(crate) page_cache: Option<bool>,
     /// [`MapOptions::copy_on_write`].
     pub(crate) copy_on_write: bool,
+    /// [`MapOptions::fault_service`]; `None`: the runtime's.
+    pub(crate) fault_service: Option<FaultService>,
+    /// [`MapOptions::user_access_only`].
+    pub(crate) user_access_only: bool,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -59,6 +64,8 @@ impl std::fmt::Debug for MapOptions {
             .field("custom_promoter", &self.promoter.is_some())
             .field("page_cache", &self.page_cache)
             .field("copy_on_write", &self.copy_on_write)
+            .field("fault_service", &self.fault_service)
+            .field("user_access_only", &self.user_access_only)
             .finish()
     }
 }
@@ -271,6 +278,32 @@ impl MapOptions {
     pub fn promoter(mut self, promoter: Arc<dyn Promoter>) -> Self {
         self.promoter = Some(promoter);
         self.promote = None;
+        self
+    }
+
+    /// How this region's faults are served, whatever the runtime's default
+    /// ([`Builder::fault_service`](crate::Builder::fault_service),
+    /// `UMIO_FAULT_SERVICE`): [`FaultService::Fillers`],
+    /// [`FaultService::InThread`] (mapping fails with
+    /// [`Error::Unsupported`] on a kernel without `UFFD_FEATURE_SIGBUS`),
+    /// or [`FaultService::Auto`]. Unset, the runtime's setting applies.
+    /// [`Mapping::fault_service`] says what the region got.
+    pub fn fault_service(mut self, service: FaultService) -> Self {
+        self.fault_service = Some(service);
+        self
+    }
+
+    /// Declares the region private to user code: the kernel never reads or
+    /// writes it on the program's behalf (no `read(2)`/`write(2)`, io_uring,
+    /// AIO or `O_DIRECT` I/O into or out of it, except through
+    /// [`Mapping::read_into`]/[`Mapping::write_from`]). Then
+    /// [`FaultService::Auto`] (the default) serves it in-thread, which
+    /// costs less per miss; without the declaration `Auto` picks the fillers
+    /// wherever they also serve the kernel's accesses (full-mode
+    /// userfaultfd). A declared region given to a system call directly may
+    /// fail it with `EFAULT`.
+    pub fn user_access_only(mut self, on: bool) -> Self {
+        self.user_access_only = on;
         self
     }
 }
@@ -892,15 +925,157 @@ impl Mapping {
         self.rt.shared().populate(&self.region, pages, write)
     }
 
+    /// `file.read(&mut map[range])` that works under either fault
+    /// service: one `read(2)` from `fd` (at its position, `at` `None`) or
+    /// `pread(2)` (at file offset `at`) into the mapping's bytes `range`.
+    /// Returns the bytes read, which may be fewer than asked, as from
+    /// `read(2)` (call again for the rest); a range larger than an eighth
+    /// of the cache is read in part. The pages are faulted in first where
+    /// the kernel's own access would not be served (an in-thread region,
+    /// a user-mode-only userfaultfd), made writable, and faulted in again
+    /// should one be evicted before the call: the kernel never meets a
+    /// page it cannot write. The mapping must be writable; what is read
+    /// is written back as any write to the mapping.
+    ///
+    /// Errors: [`Error::InvalidArgument`] (a range outside the mapping, a
+    /// read-only mapping), the store's (a page could not be read), or
+    /// `read(2)`'s own ([`Error::Os`]: `EBADF`, `EISDIR`...).
+    ///
+    /// ```no_run
+    /// # fn main() -> umio_core::Result<()> {
+    /// # let rt = umio_core::Runtime::builder().build()?;
+    /// # let data = std::fs::OpenOptions::new().read(true).write(true).open("data.bin").unwrap();
+    /// let input = std::fs::File::open("input.bin").unwrap();
+    /// // SAFETY: nothing else changes data.bin while the mapping lives.
+    /// let mut map = unsafe { rt.map_file(&data, umio_core::MapOptions::new().writable(true)) }?;
+    /// let n = map.read_into(&input, Some(0), 0..4096)?;
+    /// # let _ = n;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_into(
+        &mut self,
+        fd: impl std::os::fd::AsFd,
+        at: Option<u64>,
+        range: Range<usize>,
+    ) -> Result<usize> {
+        self.syscall_on(fd.as_fd(), true, at, range)
+    }
+
+    /// [`read_into`](Mapping::read_into) through a shared handle, for
+    /// mappings whose users reach the bytes through raw pointers only, as
+    /// the C API does (`umio_read_into`).
+    ///
+    /// # Safety
+    /// No slice of this mapping may be alive, in any thread, while the
+    /// call runs: the bytes it covers change.
+    pub unsafe fn read_into_shared(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        at: Option<u64>,
+        range: Range<usize>,
+    ) -> Result<usize> {
+        self.syscall_on(fd, true, at, range)
+    }
+
+    /// `file.write(&map[range])` that works under either fault service:
+    /// one `write(2)` to `fd` (at its position, `at` `None`) or
+    /// `pwrite(2)` (at file offset `at`) of the mapping's bytes `range`,
+    /// its pages faulted in first where the kernel's own access would not
+    /// be served, as for [`read_into`](Mapping::read_into). Returns the
+    /// bytes written, which may be fewer than asked.
+    pub fn write_from(
+        &self,
+        fd: impl std::os::fd::AsFd,
+        at: Option<u64>,
+        range: Range<usize>,
+    ) -> Result<usize> {
+        self.syscall_on(fd.as_fd(), false, at, range)
+    }
+
+    /// The body of [`read_into`](Mapping::read_into) (`into_map`) and
+    /// [`write_from`](Mapping::write_from).
+    fn syscall_on(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        into_map: bool,
+        at: Option<u64>,
+        range: Range<usize>,
+    ) -> Result<usize> {
+        use std::os::fd::AsRawFd;
+        /// Tries before a page that keeps being evicted between the
+        /// fault-in and the call is given up on (`EFAULT`).
+        const ATTEMPTS: usize = 8;
+        if range.start > range.end || range.end > self.len() {
+            return Err(Error::InvalidArgument("range outside the mapping"));
+        }
+        if into_map && !self.region.writable {
+            return Err(Error::InvalidArgument(
+                "read_into a read-only mapping: the kernel cannot write it",
+            ));
+        }
+        if range.is_empty() {
+            return Ok(0);
+        }
+        // At most an eighth of the cache at once, so that faulting the
+        // range in does not evict the start of it.
+        let shared = self.rt.shared();
+        let most = ((shared.budget_of(&self.region).limit() / 8) as usize)
+            .max(self.region.page_size)
+            .next_multiple_of(self.region.page_size);
+        let len = range.len().min(most);
+        let range = range.start..range.start + len;
+        let addr = self.as_ptr() as usize + range.start;
+        let fd = fd.as_raw_fd();
+        let served = !self.region.in_thread && !shared.features().user_mode_only();
+        let mut result = Err(libc::EFAULT);
+        for attempt in 0..ATTEMPTS {
+            if !served || attempt > 0 {
+                self.populate(range.clone(), into_map)?;
+            }
+            result = if into_map {
+                crate::sys::mm::read_fd(fd, addr, len, at)
+            } else {
+                crate::sys::mm::write_fd(fd, addr, len, at)
+            };
+            if result != Err(libc::EFAULT) {
+                break;
+            }
+        }
+        result.map_err(|e| {
+            Error::os(
+                if into_map {
+                    "read(2) into the mapping"
+                } else {
+                    "write(2) from the mapping"
+                },
+                e,
+            )
+        })
+    }
+
     /// Unpins the pages overlapping `range` (bytes).
     pub fn unpin(&self, range: Range<usize>) -> Result<()> {
         let pages = self.pages_covering(&self.inner(range))?;
         self.rt.shared().unpin(&self.region, pages)
     }
 
-    /// Counters of this region since it was mapped.
+    /// Counters of this region since it was mapped, and how its faults
+    /// are served ([`RegionStats::fault_service`]).
     pub fn stats(&self) -> RegionStats {
-        self.region.stats.snapshot()
+        let mut s = self.region.stats.snapshot();
+        s.fault_service = self.fault_service();
+        s
+    }
+
+    /// How this region's faults are served: [`FaultService::Fillers`] or
+    /// [`FaultService::InThread`] (what [`MapOptions::fault_service`], the
+    /// runtime's default and [`FaultService::Auto`] made of it).
+    pub fn fault_service(&self) -> FaultService {
+        if self.region.in_thread {
+            FaultService::InThread
+        } else {
+            FaultService::Fillers
+        }
     }
 
     /// Whether every byte is mapped still: live and no hole. One
@@ -1446,6 +1621,17 @@ impl MappingMut {
     /// [`Mapping::flush_async`].
     pub fn flush_async(&self) -> Result<()> {
         self.0.flush_async()
+    }
+
+    /// One `read(2)`/`pread(2)` from `fd` into the bytes `range`, under
+    /// either fault service: [`Mapping::read_into`].
+    pub fn read_into(
+        &mut self,
+        fd: impl std::os::fd::AsFd,
+        at: Option<u64>,
+        range: Range<usize>,
+    ) -> Result<usize> {
+        self.0.read_into(fd, at, range)
     }
 
     /// Writes `buf` to the store at byte `offset`, then shows it:

@@ -136,6 +136,7 @@ impl Shared {
             }
             if waiters {
                 self.wake(
+                    region,
                     region.page_addr(pages.start),
                     pages.len() * region.page_size,
                 );
@@ -168,7 +169,10 @@ impl Shared {
         // from now on, and is written back whole.
         let mut to = None;
         if region.writable {
-            if let Err(e) = self.uffd().writeprotect(addr, HUGE_PAGE_SIZE, false, true) {
+            if let Err(e) = self
+                .uffd_of(region)
+                .writeprotect(addr, HUGE_PAGE_SIZE, false, true)
+            {
                 unlock_all(&locked, None);
                 return Err(PromoteFailure::Collapse(e));
             }
@@ -296,7 +300,7 @@ impl Shared {
                 None => {
                     for &(q, s) in &locked[1..] {
                         if region.pages.unlock(q, s) {
-                            self.wake(region.page_addr(q), region.page_size);
+                            self.wake(region, region.page_addr(q), region.page_size);
                         }
                     }
                     self.demote(region, h, chunk);
@@ -306,13 +310,13 @@ impl Shared {
         }
         let addr = region.page_addr(pages.start);
         if self
-            .uffd()
+            .uffd_of(region)
             .writeprotect(addr, HUGE_PAGE_SIZE, false, true)
             .is_err()
         {
             for &(q, s) in &locked[1..] {
                 if region.pages.unlock(q, s) {
-                    self.wake(region.page_addr(q), region.page_size);
+                    self.wake(region, region.page_addr(q), region.page_size);
                 }
             }
             self.demote(region, h, chunk);
@@ -330,7 +334,7 @@ impl Shared {
         }
         locked.clear();
         // The writer and any waiter on the range.
-        self.wake(addr, HUGE_PAGE_SIZE);
+        self.wake(region, addr, HUGE_PAGE_SIZE);
         true
     }
 }

@@ -70,6 +70,9 @@ pub(crate) struct Region {
     /// Fillers in the store on the fault path, bounded, and the misses
     /// queued for them.
     pub store_slots: StoreSlots,
+    /// Served in the faulting thread (`FaultService::InThread`: registered
+    /// with the runtime's in-thread userfaultfd), else by the fillers.
+    pub in_thread: bool,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -134,7 +137,15 @@ impl Region {
             huge_pool: false,
             huge: None,
             store_slots: StoreSlots::default(),
+            in_thread: false,
         })
+    }
+
+    /// The region served in the faulting thread (`in_thread`) or by the
+    /// fillers.
+    pub fn with_in_thread(mut self, in_thread: bool) -> Region {
+        self.in_thread = in_thread;
+        self
     }
 
     /// The region backed by hugetlbfs pages or not, cached in the huge-page

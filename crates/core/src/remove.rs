@@ -258,7 +258,7 @@ impl Shared {
         self.budget_of(region).release(freed);
         // Threads that faulted on these pages meanwhile were left waiting
         // (`handle_fault`): they retry now.
-        self.wake(addr, len);
+        self.wake(region, addr, len);
     }
 }
 
@@ -266,7 +266,10 @@ impl Shared {
 /// queued on its userfaultfd (`UFFD_FEATURE_SIGBUS`), but remove events
 /// are, and their `madvise` callers wait until they are read.
 pub(crate) fn events_main(shared: Arc<Shared>) {
-    let poller = match Poller::new(shared.uffd().as_raw_fd(), shared.shutdown_fd()) {
+    let Some(uffd) = shared.in_thread_uffd() else {
+        return;
+    };
+    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd()) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio events thread cannot poll: errno {e}");
@@ -276,7 +279,7 @@ pub(crate) fn events_main(shared: Arc<Shared>) {
     let mut msgs = [UffdMsg::default(); 64];
     while poller.wait() == Wake::Faults {
         loop {
-            let n = match shared.uffd().read_messages(&mut msgs) {
+            let n = match uffd.read_messages(&mut msgs) {
                 Ok(n) => n,
                 Err(e) => {
                     log::error!("umio: reading userfaultfd events failed: errno {e}");

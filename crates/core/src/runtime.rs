@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::config::{Builder, RuntimeConfig};
 use crate::env::EnvConfig;
 use crate::error::{Error, Result};
-use crate::in_thread::{self, FaultService};
+use crate::in_thread::FaultService;
 use crate::kernel::{KernelFeatures, UffdMode, kernel_features, open_uffd};
 use crate::process::ProcessRuntime;
 use crate::shared::Shared;
@@ -36,34 +36,23 @@ impl Builder {
         let features = kernel_features()?.with_user_mode_only(user_mode_only);
         let mut settings = settings;
         let sigbus = features.bits() & feature::SIGBUS != 0;
-        let in_thread = match settings.cfg.fault_service {
-            FaultService::Fillers => false,
+        // The service of regions that choose none and declare nothing;
+        // `Auto` is resolved again for each region that declares itself
+        // private to user code (`Shared::region_service`).
+        let default_service = match settings.cfg.fault_service {
+            FaultService::Fillers => FaultService::Fillers,
             FaultService::InThread if !sigbus => {
                 return Err(Error::Unsupported(
                     "the in-thread fault service needs UFFD_FEATURE_SIGBUS (Linux 4.14)",
                 ));
             }
-            FaultService::InThread => true,
-            FaultService::Auto => sigbus && user_mode_only && settings.evictors > 0,
+            FaultService::InThread => FaultService::InThread,
+            FaultService::Auto if sigbus && user_mode_only && settings.evictors > 0 => {
+                FaultService::InThread
+            }
+            FaultService::Auto => FaultService::Fillers,
         };
-        settings.cfg.fault_service = if in_thread {
-            FaultService::InThread
-        } else {
-            FaultService::Fillers
-        };
-        let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
-        if in_thread {
-            in_thread::ensure_installed()?;
-            wanted |= feature::SIGBUS;
-        }
         settings.cfg.remove_events &= features.bits() & feature::EVENT_REMOVE != 0;
-        if settings.cfg.remove_events {
-            wanted |= feature::EVENT_REMOVE;
-        }
-        uffd.api(features.bits() & wanted)
-            .map_err(|e| Error::os("UFFDIO_API", e))?;
-        // In-thread, no fault event is ever queued: no filler is needed.
-        let fillers = if in_thread { 0 } else { settings.cfg.fillers };
         // With remove events, the evictors also drop the pages the
         // application's own `madvise` removed (`remove.rs`): one at least.
         let evictors = if settings.cfg.remove_events {
@@ -71,14 +60,18 @@ impl Builder {
         } else {
             settings.evictors
         };
-        let shared = Arc::new(Shared::new(settings, uffd, features)?);
+        let shared = Arc::new(Shared::new(settings, features, default_service)?);
         let mut threads = Vec::new();
-        let started = threads::spawn_all(&shared, fillers, evictors, &mut threads);
+        let started = threads::spawn_all(&shared, evictors, &mut threads);
         let inner = RuntimeInner {
             shared,
             threads: Mutex::new(threads),
         };
         started?;
+        // The default service's descriptor is the one just opened (so that
+        // a mode that cannot be had fails here); the other service's opens
+        // with its first region.
+        inner.shared.adopt_uffd(default_service, uffd)?;
         Ok(Runtime {
             inner: Arc::new(inner),
         })
@@ -149,14 +142,14 @@ impl Runtime {
         Ok(ProcessRuntime::get_or_start(EnvConfig::from_process)?)
     }
 
-    /// How this runtime serves faults: [`FaultService::Fillers`] or
-    /// [`FaultService::InThread`] (what [`FaultService::Auto`] became).
+    /// How this runtime serves the faults of a region that chooses no
+    /// service and declares nothing ([`MapOptions::fault_service`](crate::MapOptions::fault_service),
+    /// [`MapOptions::user_access_only`](crate::MapOptions::user_access_only)):
+    /// [`FaultService::Fillers`] or [`FaultService::InThread`] (what
+    /// [`FaultService::Auto`] became for it). Each mapping's own:
+    /// [`Mapping::fault_service`](crate::Mapping::fault_service).
     pub fn fault_service(&self) -> FaultService {
-        if self.inner.shared.in_thread() {
-            FaultService::InThread
-        } else {
-            FaultService::Fillers
-        }
+        self.inner.shared.default_service()
     }
 
     /// Refuses further maps; existing mappings keep working until they are
@@ -217,7 +210,9 @@ impl Runtime {
     /// which change while it runs, are [`cache_bytes`](Runtime::cache_bytes)
     /// and [`huge_cache_bytes`](Runtime::huge_cache_bytes)).
     pub fn config(&self) -> RuntimeConfig {
-        self.inner.shared.cfg().public()
+        let mut c = self.inner.shared.cfg().public();
+        c.fault_service = self.inner.shared.default_service();
+        c
     }
 
     /// The default page size of new regions.

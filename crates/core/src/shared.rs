@@ -9,7 +9,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, Guard};
@@ -19,7 +20,7 @@ use crate::config::{Config, Settings};
 use crate::error::{Error, Result};
 use crate::huge::HUGE_PAGE_SIZE;
 use crate::in_thread::{self, FaultService};
-use crate::kernel::KernelFeatures;
+use crate::kernel::{KernelFeatures, configure, open_configured, service_features};
 use crate::padded::CachePadded;
 use crate::prefetch::FetchList;
 use crate::progress::Progress;
@@ -39,7 +40,20 @@ pub(crate) static RESIZING: crate::fork::ForkMutex<()> = crate::fork::ForkMutex:
 pub(crate) struct Shared {
     cfg: Config,
     features: KernelFeatures,
-    uffd: Uffd,
+    /// One userfaultfd per fault service, opened (and its threads started)
+    /// with the service's first region ([`service_uffd`](Shared::service_uffd)):
+    /// the fillers' (index 0) without `UFFD_FEATURE_SIGBUS`, the in-thread
+    /// service's (index 1) with it. A region is registered with its
+    /// service's.
+    uffds: [OnceLock<Uffd>; 2],
+    /// Held while a service's userfaultfd is opened and its threads start.
+    opening: Mutex<()>,
+    /// Threads started with a service (fillers, `umio-events`), joined at
+    /// shutdown.
+    service_threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The service of regions that choose none and declare nothing
+    /// (`Auto` resolved when the runtime started).
+    default_service: FaultService,
     regions: ArcSwap<RegionTable>,
     regions_writer: Mutex<()>,
     /// The regular pool (every region's, without a huge-page pool).
@@ -61,8 +75,11 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Fault tracing (`Builder::trace_faults`); `None` when off.
     trace: Option<Box<Tracer>>,
-    /// Faults are served in the faulting thread (`in_thread.rs`).
-    in_thread: bool,
+    /// The in-thread service is open: some region's faults are served in
+    /// the faulting thread (`in_thread.rs`), and every region of the
+    /// runtime is in that service's table by id (a handler evicting from
+    /// the shared pool finds the victims of fillers' regions too).
+    in_thread: AtomicBool,
     /// Where faulting threads of an in-thread runtime wait for a page
     /// another thread holds busy.
     page_waits: PageWaits,
@@ -201,20 +218,21 @@ impl Drop for Waiting<'_> {
 
 impl Shared {
     /// The shared state of a runtime about to start, from its checked
-    /// settings and its userfaultfd (API handshake done).
-    pub fn new(s: Settings, uffd: Uffd, features: KernelFeatures) -> Result<Shared> {
+    /// settings; no userfaultfd is open yet (see
+    /// [`adopt_uffd`](Shared::adopt_uffd)).
+    pub fn new(
+        s: Settings,
+        features: KernelFeatures,
+        default_service: FaultService,
+    ) -> Result<Shared> {
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
-        let in_thread = s.cfg.fault_service == FaultService::InThread;
-        if in_thread {
-            // The in-thread service calls the policies from a signal
-            // handler: room for every page the pools can hold, now.
-            let pages = |b: u64| (b / crate::config::MIN_PAGE_SIZE as u64) as usize;
-            s.policy.reserve(pages(s.cache_bytes));
-        }
         Ok(Shared {
             cfg: s.cfg,
             features,
-            uffd,
+            uffds: [OnceLock::new(), OnceLock::new()],
+            opening: Mutex::new(()),
+            service_threads: Mutex::new(Vec::new()),
+            default_service,
             regions: ArcSwap::from_pointee(RegionTable::default()),
             regions_writer: Mutex::new(()),
             pool: Pool::new(
@@ -223,9 +241,6 @@ impl Shared {
             ),
             huge: s.huge_cache_bytes.map(|bytes| {
                 let policy = s.huge_policy.build();
-                if in_thread {
-                    policy.reserve((bytes / crate::config::MIN_PAGE_SIZE as u64) as usize);
-                }
                 Pool::new(FrameBudget::new(bytes, s.high_water, s.low_water), policy)
             }),
             spin: SpinTuner::new(),
@@ -238,7 +253,7 @@ impl Shared {
             shutdown_fd,
             closed: AtomicBool::new(false),
             trace: s.trace_faults.then(Box::default),
-            in_thread,
+            in_thread: AtomicBool::new(false),
             page_waits: PageWaits::default(),
             removals: crate::remove::Removals::default(),
             started: Instant::now(),
@@ -292,24 +307,120 @@ impl Shared {
         self.features
     }
 
+    /// The userfaultfd `region` is registered with (its service's).
     #[inline]
-    pub fn uffd(&self) -> &Uffd {
-        &self.uffd
+    pub fn uffd_of(&self, region: &Region) -> &Uffd {
+        self.uffds[region.in_thread as usize]
+            .get()
+            .expect("a region's userfaultfd is open before it is mapped")
     }
 
-    /// Whether faults are served in the faulting thread.
+    /// The fillers' userfaultfd, if a region of theirs was ever mapped.
     #[inline]
-    pub fn in_thread(&self) -> bool {
-        self.in_thread
+    pub fn fillers_uffd(&self) -> Option<&Uffd> {
+        self.uffds[0].get()
     }
 
-    /// Wakes the threads waiting for pages of `addr..addr+len` that were
-    /// just unlocked: blocked on the userfaultfd (fillers), or sleeping in
-    /// the in-thread service.
+    /// The in-thread service's userfaultfd, if open.
     #[inline]
-    pub fn wake(&self, addr: usize, len: usize) {
-        if !self.in_thread {
-            self.uffd.wake(addr, len);
+    pub fn in_thread_uffd(&self) -> Option<&Uffd> {
+        self.uffds[1].get()
+    }
+
+    /// Whether some region of this runtime is (or was) served in-thread.
+    #[inline]
+    pub fn in_thread_on(&self) -> bool {
+        self.in_thread.load(Ordering::Acquire)
+    }
+
+    /// The service of regions that choose none and declare nothing.
+    pub fn default_service(&self) -> FaultService {
+        self.default_service
+    }
+
+    /// The userfaultfd of `service` (`Fillers` or `InThread`), opened with
+    /// that service's features and its threads started, on first use.
+    pub fn service_uffd(self: &Arc<Self>, service: FaultService) -> Result<&Uffd> {
+        let i = (service == FaultService::InThread) as usize;
+        if let Some(u) = self.uffds[i].get() {
+            return Ok(u);
+        }
+        let _one = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = self.uffds[i].get() {
+            return Ok(u);
+        }
+        let uffd = open_configured(
+            self.features.user_mode_only(),
+            service_features(service, self.features.bits(), self.cfg.remove_events),
+        )?;
+        self.adopt(service, uffd)
+    }
+
+    /// Makes `uffd`, just opened in this runtime's mode, the descriptor of
+    /// `service` (at start, the default service's): configures it and
+    /// starts the service's threads.
+    pub fn adopt_uffd(self: &Arc<Self>, service: FaultService, uffd: Uffd) -> Result<()> {
+        let _one = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        configure(
+            &uffd,
+            service_features(service, self.features.bits(), self.cfg.remove_events),
+        )?;
+        self.adopt(service, uffd).map(|_| ())
+    }
+
+    /// The body of [`service_uffd`](Shared::service_uffd); the caller holds
+    /// `opening`.
+    fn adopt(self: &Arc<Self>, service: FaultService, uffd: Uffd) -> Result<&Uffd> {
+        let i = (service == FaultService::InThread) as usize;
+        if service == FaultService::InThread {
+            in_thread::ensure_installed()?;
+            {
+                // The in-thread service calls the policies from a signal
+                // handler: room for every page the pools can hold, now
+                // (`set_pool_limit` makes more as they grow).
+                let _no_resize = RESIZING.lock();
+                let pages = |b: u64| (b / crate::config::MIN_PAGE_SIZE as u64) as usize;
+                self.pool.policy.reserve(pages(self.pool.budget.limit()));
+                if let Some(h) = &self.huge {
+                    h.policy.reserve(pages(h.budget.limit()));
+                }
+                self.in_thread.store(true, Ordering::Release);
+            }
+            // Every region mapped so far (the fillers') into the service's
+            // table by id: a handler's eviction may pick their pages.
+            let w = self.lock_regions();
+            for r in self.regions.load().all() {
+                in_thread::set_ranges(self, r, true);
+            }
+            drop(w);
+        }
+        let _ = self.uffds[i].set(uffd);
+        let mut threads = self
+            .service_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        crate::threads::spawn_service(self, service, &mut threads)?;
+        drop(threads);
+        Ok(self.uffds[i].get().expect("set above"))
+    }
+
+    /// The threads started with the services, for the runtime's stop.
+    pub fn take_service_threads(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(
+            &mut *self
+                .service_threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    /// Wakes the threads waiting for pages of `addr..addr+len` of
+    /// `region` that were just unlocked: blocked on the userfaultfd
+    /// (fillers), or sleeping in the in-thread service.
+    #[inline]
+    pub fn wake(&self, region: &Region, addr: usize, len: usize) {
+        if !region.in_thread {
+            self.wake_fillers(addr, len);
             return;
         }
         // Orders the unlock before the load: a waiter counts itself, then
@@ -318,6 +429,15 @@ impl Shared {
         if self.page_waits.sleepers.load(Ordering::SeqCst) != 0 {
             self.page_waits.seq.fetch_add(1, Ordering::SeqCst);
             signal::futex_wake_all(&self.page_waits.seq);
+        }
+    }
+
+    /// Wakes the threads blocked on the fillers' userfaultfd on faults in
+    /// `addr..addr+len`.
+    #[inline]
+    pub fn wake_fillers(&self, addr: usize, len: usize) {
+        if let Some(u) = self.fillers_uffd() {
+            u.wake(addr, len);
         }
     }
 
@@ -373,7 +493,7 @@ impl Shared {
 
     /// Publishes a new region; the caller holds the writer lock.
     pub fn publish(&self, _writer: &MutexGuard<'_, ()>, region: Arc<Region>) {
-        if self.in_thread {
+        if self.in_thread_on() {
             in_thread::set_ranges(self, &region, true);
         }
         self.regions
@@ -402,7 +522,7 @@ impl Shared {
     /// the unmapped memory) rather than be taken for someone else's; a
     /// region mapped in the hole meanwhile is found first, being newer.
     pub fn republish_in_thread(&self, region: &Arc<Region>) {
-        if self.in_thread {
+        if region.in_thread && self.in_thread_on() {
             in_thread::set_ranges(self, region, true);
         }
     }
@@ -411,7 +531,7 @@ impl Shared {
     /// its memory is unregistered (until then, a fault on it must find it,
     /// to wait for the unmap rather than be taken for someone else's).
     pub fn forget_unmapped(&self, region: &Arc<Region>) {
-        if self.in_thread {
+        if self.in_thread_on() {
             in_thread::set_ranges(self, region, false);
         }
     }
@@ -545,7 +665,7 @@ impl Shared {
             });
         }
         let before = budget.limit();
-        if self.in_thread && bytes > before {
+        if self.in_thread_on() && bytes > before {
             // Room in the policy first: the handler must find it there.
             let policy = if huge_pool {
                 &*self.huge.as_ref().map_or(&self.pool, |h| h).policy
@@ -601,6 +721,13 @@ impl Shared {
                 .each_ref()
                 .map(|w| w.load(Ordering::Relaxed)),
             regions: self.regions.load().len() as u64,
+            in_thread_regions: self
+                .regions
+                .load()
+                .all()
+                .iter()
+                .filter(|r| r.in_thread)
+                .count() as u64,
         })
     }
 

@@ -15,6 +15,7 @@ pub(crate) struct Gauges {
     /// Windows sleeping, polling.
     pub filler_windows: [u64; 2],
     pub regions: u64,
+    pub in_thread_regions: u64,
 }
 
 macro_rules! counters {
@@ -61,6 +62,10 @@ macro_rules! counters {
             pub filler_poll_windows: u64,
             /// Regions mapped now.
             pub regions: u64,
+            /// Of those, regions whose faults the faulting thread serves
+            /// (`FaultService::InThread`); the fillers serve the others.
+            /// Each mapping's own: `Mapping::fault_service`.
+            pub in_thread_regions: u64,
         }
 
         impl Counters {
@@ -75,6 +80,7 @@ macro_rules! counters {
                     filler_sleep_windows: now.filler_windows[0],
                     filler_poll_windows: now.filler_windows[1],
                     regions: now.regions,
+                    in_thread_regions: now.in_thread_regions,
                 }
             }
         }
@@ -196,11 +202,17 @@ macro_rules! region_counters {
         #[non_exhaustive]
         pub struct RegionStats {
             $($(#[doc = $doc])* pub $name: u64,)*
+            /// How the region's faults are served (`Fillers` or
+            /// `InThread`): [`Mapping::fault_service`](crate::Mapping::fault_service).
+            pub fault_service: crate::in_thread::FaultService,
         }
 
         impl RegionCounters {
             pub(crate) fn snapshot(&self) -> RegionStats {
-                RegionStats { $($name: self.$name.load(Relaxed),)* }
+                RegionStats {
+                    $($name: self.$name.load(Relaxed),)*
+                    fault_service: crate::in_thread::FaultService::Fillers,
+                }
             }
         }
     };
@@ -389,6 +401,7 @@ mod tests {
             huge_cache_bytes: 0,
             filler_windows: [0, 0],
             regions: 1,
+            in_thread_regions: 0,
         });
         let text = s.to_string();
         let lines: Vec<_> = text.lines().collect();
@@ -418,6 +431,7 @@ mod tests {
             huge_cache_bytes: 0,
             filler_windows: [0, 0],
             regions: 0,
+            in_thread_regions: 0,
         });
         assert!(
             more.to_string()

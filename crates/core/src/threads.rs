@@ -8,7 +8,11 @@
 //! | `umio-prefetch`, `umio-prefetch-1` | [`prefetch_main`]: serve the job queue: read-ahead and explicit prefetch (jobs queued together merged into one batch of reads), promote (`fill.rs`, `promote.rs`) | its scratch |
 //! | `umio-autosize` | [`autosize_main`]: follow the memory left (`autosize.rs`) | nothing |
 //! | `umio-watch` | [`watch_main`]: log, once each, waits for cache space or write-back that last (`evict.rs`, `report_stalls`) | nothing |
-//! | `umio-events` (in-thread, with remove events) | `remove::events_main`: read remove events (`remove.rs`) | nothing |
+//! | `umio-events` (in-thread service, with remove events) | `remove::events_main`: read remove events (`remove.rs`) | nothing |
+//!
+//! The fillers start with the first region they serve, `umio-events` with
+//! the first in-thread region ([`spawn_service`]); the others with the
+//! runtime ([`spawn_all`]).
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::autosize::{MemoryView, PERIOD, next_bound, psi_trigger};
 use crate::error::{Error, Result};
+use crate::in_thread::FaultService;
 use crate::scratch::Scratch;
 use crate::shared::Shared;
 use crate::spin::{ADAPTIVE_SPIN, FillerWait};
@@ -39,33 +44,68 @@ pub fn on_runtime_thread() -> bool {
     RUNTIME_THREAD.with(|t| t.get())
 }
 
-/// Starts every thread of a runtime. On failure the threads already
+/// Starts one thread of a runtime, into `threads`.
+fn spawn(
+    shared: &Arc<Shared>,
+    name: String,
+    f: fn(Arc<Shared>),
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<()> {
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            RUNTIME_THREAD.with(|t| t.set(true));
+            f(s)
+        })
+        .map(|h| threads.push(h))
+        .map_err(|e| {
+            Error::os(
+                "spawning a thread",
+                e.raw_os_error().unwrap_or(libc::EAGAIN),
+            )
+        })
+}
+
+/// Starts the threads that read the userfaultfd of `service`, just opened:
+/// the fillers; in-thread, the `umio-events` thread if remove events are
+/// on (no fault is queued there, but remove events are).
+pub(crate) fn spawn_service(
+    shared: &Arc<Shared>,
+    service: FaultService,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<()> {
+    match service {
+        FaultService::InThread => {
+            if shared.cfg().remove_events {
+                spawn(
+                    shared,
+                    "umio-events".into(),
+                    crate::remove::events_main,
+                    threads,
+                )?;
+            }
+        }
+        _ => {
+            for i in 0..shared.cfg().fillers {
+                spawn(shared, format!("umio-filler-{i}"), filler_main, threads)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts the threads every runtime has (the services' start with their
+/// first region: [`spawn_service`]). On failure the threads already
 /// started are in `threads`, to be stopped by [`stop`].
 pub(crate) fn spawn_all(
     shared: &Arc<Shared>,
-    fillers: usize,
     evictors: usize,
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<()> {
     let spawn = |name: String, f: fn(Arc<Shared>), threads: &mut Vec<JoinHandle<()>>| {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                RUNTIME_THREAD.with(|t| t.set(true));
-                f(s)
-            })
-            .map(|h| threads.push(h))
-            .map_err(|e| {
-                Error::os(
-                    "spawning a thread",
-                    e.raw_os_error().unwrap_or(libc::EAGAIN),
-                )
-            })
+        spawn(shared, name, f, threads)
     };
-    for i in 0..fillers {
-        spawn(format!("umio-filler-{i}"), filler_main, threads)?;
-    }
     for i in 0..evictors {
         spawn(format!("umio-evictor-{i}"), evictor_main, threads)?;
     }
@@ -73,9 +113,6 @@ pub(crate) fn spawn_all(
         spawn("umio-autosize".into(), autosize_main, threads)?;
     }
     spawn("umio-watch".into(), watch_main, threads)?;
-    if fillers == 0 && shared.cfg().remove_events {
-        spawn("umio-events".into(), crate::remove::events_main, threads)?;
-    }
     for i in 0..PREFETCH_THREADS {
         let name = match i {
             0 => "umio-prefetch".to_string(),
@@ -94,7 +131,7 @@ const PREFETCH_THREADS: usize = 2;
 /// Tells every thread to stop and waits for them.
 pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
     shared.begin_shutdown();
-    for h in threads {
+    for h in threads.into_iter().chain(shared.take_service_threads()) {
         if h.join().is_err() {
             log::error!("a umio thread panicked");
         }
@@ -102,7 +139,10 @@ pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
 }
 
 fn filler_main(shared: Arc<Shared>) {
-    let poller = match Poller::new(shared.uffd().as_raw_fd(), shared.shutdown_fd()) {
+    let Some(uffd) = shared.fillers_uffd() else {
+        return;
+    };
+    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd()) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio filler cannot poll: errno {e}");
@@ -122,7 +162,7 @@ fn filler_main(shared: Arc<Shared>) {
         let mut idle_since: Option<Instant> = None;
         loop {
             let read_begin = shared.trace_read_begin();
-            let n = match shared.uffd().read_messages(&mut msgs) {
+            let n = match uffd.read_messages(&mut msgs) {
                 Ok(n) => n,
                 Err(e) => {
                     log::error!("umio: reading fault events failed: errno {e}");
@@ -168,7 +208,7 @@ fn filler_main(shared: Arc<Shared>) {
             // Messages this filler took off the descriptor while an ioctl
             // of its own waited for a remove event to be read are served
             // before it sleeps.
-            if !poll_next && n < msgs.len() && !shared.uffd().has_stashed() {
+            if !poll_next && n < msgs.len() && !uffd.has_stashed() {
                 break;
             }
         }

@@ -45,7 +45,7 @@ impl Shared {
                 region.page_addr(pages.start),
                 pages.len() * region.page_size,
             );
-            unreg = unreg.and(self.uffd().unregister(addr, len));
+            unreg = unreg.and(self.uffd_of(region).unregister(addr, len));
             let unmapped = mm::unmap(addr, len);
             assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
         }
@@ -154,7 +154,7 @@ impl Shared {
         let gone = if release {
             mm::unmap(addr, len)
         } else {
-            self.uffd().unregister(addr, len)
+            self.uffd_of(region).unregister(addr, len)
         };
         if let Err(e) = gone {
             // Nothing changed in the kernel: the pages are the region's
@@ -167,7 +167,7 @@ impl Shared {
                     _ => s,
                 };
                 if region.pages.unlock(p, to) {
-                    self.wake(region.page_addr(p), region.page_size);
+                    self.wake(region, region.page_addr(p), region.page_size);
                 }
             }
             log::warn!(
@@ -194,7 +194,7 @@ impl Shared {
             // Unlike unregistering, `munmap` wakes no thread asleep on a
             // fault in the range (one that found a page busy here): woken,
             // it meets the unmapped memory.
-            self.wake(addr, len);
+            self.wake(region, addr, len);
         }
         let mut lost: Option<StoreError> = None;
         for (run, r) in runs.iter().zip(results) {

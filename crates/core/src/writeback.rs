@@ -44,7 +44,7 @@ impl Shared {
             let span = run.len() * region.page_size;
             // Kernels before 6.5 refuse a range across VMAs: pieces then.
             let protect = per_vma(addr, span, |at, n| {
-                self.uffd().writeprotect(at, n, true, false)
+                self.uffd_of(region).writeprotect(at, n, true, false)
             });
             if let Err(e) = protect {
                 out.push(Err(StoreError::new(

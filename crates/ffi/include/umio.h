@@ -372,6 +372,22 @@ struct umio_map_options {
   // A member here rather than in struct umio_store_ops, which has no
   // size member to grow by.
   int (*store_punch_hole)(void *user, uint64_t offset, uint64_t len);
+  // How this mapping's faults are served, by name: "fillers" (filler
+  // threads; the kernel's own accesses to the mapping, a read(2) into
+  // it, are served too where the userfaultfd is in full mode),
+  // "in-thread" (the faulting thread, in a SIGBUS handler: faster, but
+  // a system call given a non-resident part of the mapping fails with
+  // EFAULT: use umio_read_into and umio_write_from) or "auto".
+  // NULL or "": the runtime's (umio_config_set_fault_service,
+  // UMIO_FAULT_SERVICE; "auto" by default). umio_stats says
+  // which the mapping got (in_thread).
+  const char *fault_service;
+  // Non-zero: the program declares the mapping private to user code, i.e.
+  // the kernel never reads or writes it on the program's behalf (no
+  // read(2)/write(2), io_uring, AIO or O_DIRECT into or out of it
+  // but through umio_read_into/umio_write_from); "auto" then serves
+  // it in the faulting thread. 0: no such promise.
+  int user_access_only;
 };
 
 // The runtime's configuration: see umio_config_get.
@@ -552,6 +568,10 @@ struct umio_stats {
   // reads_submitted / read_submissions: reads per batch, on average
   // (0 before the first batch).
   double mean_reads_in_flight;
+  // How the mapping's faults are served: 1 in the faulting thread
+  // ("in-thread"), 0 by filler threads ("fillers"); see
+  // umio_map_options.fault_service.
+  uint64_t in_thread;
 };
 
 // Counters and gauges of the whole runtime (every mapping, from the
@@ -633,6 +653,9 @@ struct umio_runtime_stats {
   uint64_t max_reads_in_flight;
   // reads_submitted / read_submissions (0 before the first batch).
   double mean_reads_in_flight;
+  // Of regions, those whose faults are served in the faulting thread
+  // (umio_map_options.fault_service); the fillers serve the others.
+  uint64_t in_thread_regions;
 };
 
 #ifdef __cplusplus
@@ -721,6 +744,36 @@ int umio_flush(const void *addr, size_t len);
 // Requirements:
 // buf points to len readable bytes that do not overlap the mapping.
 int umio_pwrite(void *addr, const void *buf, size_t len);
+
+// read(2) from fd into [addr, addr + len) of a writable umio
+// mapping, correct whatever serves the mapping's faults: under the
+// in-thread service (and a user-mode-only userfaultfd) a plain read(2)
+// into a non-resident page fails with EFAULT; this faults the range in
+// first, writable, and again should a page be evicted before the call.
+// file_offset -1 reads at the descriptor's position (read(2)), else
+// at that offset (pread(2)). One call: it returns the bytes read, which
+// may be fewer than len (0 at the end of the file; a range larger than
+// an eighth of the cache is read in part): call again for the rest. -1
+// with errno EINVAL (the range not within one umio mapping, len 0, a
+// read-only mapping, file_offset below -1), the store's errno (a page
+// could not be read), or read(2)'s own (EBADF, ...).
+//
+// Requirements:
+// None: the range is looked up among umio's mappings and written by the
+// kernel only.
+ptrdiff_t umio_read_into(void *addr, size_t len, int fd, int64_t file_offset);
+
+// write(2) to fd of [addr, addr + len) of a umio mapping, correct
+// whatever serves the mapping's faults (as umio_read_into: the range is
+// faulted in first where the kernel's own access would fail). file_offset
+// -1 writes at the descriptor's position, else at that offset
+// (pwrite(2)). Returns the bytes written (maybe fewer than len), or
+// -1 with errno as umio_read_into's.
+//
+// Requirements:
+// None: the range is looked up among umio's mappings and read by the
+// kernel only.
+ptrdiff_t umio_write_from(const void *addr, size_t len, int fd, int64_t file_offset);
 
 // Writes the dirty pages of [addr, addr + len) to the store without
 // syncing it, so that read(2) of the mapped file sees them; len 0:

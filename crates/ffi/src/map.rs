@@ -7,7 +7,9 @@ use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 use umio_backends::{DaxStore, UringOptions, UringStore};
-use umio_core::{MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher, PromoteKind, Promoter};
+use umio_core::{
+    FaultService, MIN_PAGE_SIZE, MapOptions, PrefetchKind, Prefetcher, PromoteKind, Promoter,
+};
 
 use crate::boundary::Errno;
 use crate::store::CStore;
@@ -51,6 +53,10 @@ pub(crate) struct Request {
     pub promoter: Option<Arc<dyn Promoter>>,
     /// `Some(fallback)`: hugetlbfs pages.
     pub hugetlb: Option<bool>,
+    /// `umio_map_options.fault_service`; `None`: the runtime's.
+    pub fault_service: Option<FaultService>,
+    /// `umio_map_options.user_access_only`.
+    pub user_access_only: bool,
 }
 
 impl Request {
@@ -75,6 +81,8 @@ impl Request {
             promote: None,
             promoter: None,
             hugetlb: None,
+            fault_service: None,
+            user_access_only: false,
         }
     }
 }
@@ -173,6 +181,10 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     if let Some(p) = req.promoter {
         opts = opts.promoter(p);
     }
+    if let Some(s) = req.fault_service {
+        opts = opts.fault_service(s);
+    }
+    opts = opts.user_access_only(req.user_access_only);
     let hugetlb = req.hugetlb.or(hugetlb_flag.then_some(false));
     if let Some(fallback) = hugetlb {
         if req

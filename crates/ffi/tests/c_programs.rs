@@ -276,6 +276,7 @@ c_tests! {
     runtime_stats, runtime_stats_sanitized: &[], "runtime_stats: ok";
     advice, advice_sanitized: &[], "advice: ok";
     in_thread, in_thread_sanitized: &[], "in_thread: ok";
+    fault_service, fault_service_sanitized: &[], "fault_service: ok";
     process_runtime, process_runtime_sanitized: &[("UMAP_LOG_LEVEL", "OFF")], "process_runtime: ok";
 }
 

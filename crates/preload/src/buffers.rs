@@ -1,8 +1,8 @@
 //! User buffers in umio memory passed to system calls.
 //!
-//! With faults served in the faulting thread (`UMIO_FAULT_SERVICE=in-thread`)
-//! or a user-mode-only userfaultfd, the kernel's own accesses to umio
-//! memory are not served: a `read(2)` into a non-resident mapped page (or a
+//! In a mapping served in the faulting thread (a file opted in with
+//! `UMIO_PRELOAD_IN_THREAD_PATHS`), or anywhere under a user-mode-only
+//! userfaultfd, the kernel's own accesses to umio memory are not served: a `read(2)` into a non-resident mapped page (or a
 //! clean one, which is write-protected) fails with `EFAULT`, and so does a
 //! `write(2)` from a non-resident one. Programs written for `mmap` pass
 //! mapped memory and heap allocations to system calls all the time, so the
@@ -20,12 +20,15 @@
 //! expects none: `read`, `pread`, `write` and `pwrite` on a regular file
 //! or block device go on with the rest; the vectored and socket calls
 //! return it, as they may. Calls glibc makes internally (`fread`
-//! into a large buffer, say) do not reach the shim: they fail with `EFAULT`
-//! on non-resident umio memory (README, "Faults served in the faulting
-//! thread").
+//! into a large buffer, say) do not reach the shim: that is why the heap
+//! and the files not opted in are served by the fillers whatever
+//! `UMIO_FAULT_SERVICE` says (`heap.rs`, `maps.rs`), whose full-mode
+//! userfaultfd serves the kernel's accesses; in an opted-in mapping, or
+//! under a user-mode-only userfaultfd, such a call fails with `EFAULT` on
+//! non-resident memory (README, "Faults served in the faulting thread").
 //!
-//! In filler mode with a full userfaultfd (the default) the kernel's
-//! accesses are served, and none of this runs: one atomic load per call.
+//! While no mapping is served in-thread and the userfaultfd is in full
+//! mode (the default) none of this runs: one atomic load per call.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -38,8 +41,13 @@ use crate::coherence;
 use crate::maps::{self, Entry, PAGE};
 use crate::{heap, sys};
 
-/// Whether the process's runtime leaves the kernel's accesses unserved.
+/// Whether some umio memory of the process leaves the kernel's accesses
+/// unserved: the runtime's userfaultfd is user-mode-only, or a mapping is
+/// served in-thread (`UMIO_PRELOAD_IN_THREAD_PATHS`).
 static NEEDED: AtomicBool = AtomicBool::new(false);
+/// The runtime's userfaultfd is user-mode-only: the fillers' mappings need
+/// faulting in too.
+static USER_MODE_ONLY: AtomicBool = AtomicBool::new(false);
 /// Bytes one call may fault in: half the cache.
 static LIMIT: AtomicUsize = AtomicUsize::new(0);
 
@@ -50,10 +58,23 @@ const ATTEMPTS: usize = 8;
 /// Records how `rt`, the process's runtime (just built), serves the
 /// kernel's accesses.
 pub(crate) fn runtime_started(rt: &Runtime) {
-    let needed = rt.fault_service() == FaultService::InThread || rt.user_mode_only();
     let half = usize::try_from(rt.cache_bytes() / 2).unwrap_or(usize::MAX);
     LIMIT.store(half.max(rt.page_size()), Ordering::Relaxed);
-    NEEDED.store(needed, Ordering::Release);
+    USER_MODE_ONLY.store(rt.user_mode_only(), Ordering::Relaxed);
+    if rt.user_mode_only() {
+        NEEDED.store(true, Ordering::Release);
+    }
+}
+
+/// A mapping served in the faulting thread was made: calls must fault
+/// their buffers in from now on.
+pub(crate) fn in_thread_mapped() {
+    NEEDED.store(true, Ordering::Release);
+}
+
+/// Whether the kernel's own accesses to `m` fail on non-resident pages.
+fn unserved(m: &Mapping) -> bool {
+    m.fault_service() == FaultService::InThread || USER_MODE_ONLY.load(Ordering::Relaxed)
 }
 
 /// Whether calls must fault their buffers in first.
@@ -125,6 +146,7 @@ fn parts(bufs: &[(usize, usize)], access: Access, limit: usize) -> Vec<Part> {
                 found.push((Owner::Heap(h), a - base..b - base, access == Access::Writes));
             }
         }
+        found.retain(|(o, _, _)| unserved(o.mapping()));
         found.sort_by_key(|(o, r, _)| o.mapping().as_ptr() as usize + r.start);
         for (owner, range, write) in found {
             if left == 0 {

@@ -13,6 +13,16 @@ pub(crate) struct Config {
     /// too) against the real path of a mapped file. Empty: no file is
     /// selected.
     pub paths: Vec<CString>,
+    /// `UMIO_PRELOAD_IN_THREAD_PATHS`: patterns as `paths`; the mappings of
+    /// the files they select are declared private to user code
+    /// (`MapOptions::user_access_only`), so that the runtime's fault service
+    /// (`UMIO_FAULT_SERVICE`, `auto` by default) may serve them in the
+    /// faulting thread. Every other file mapping, and the heap, is served
+    /// by the fillers: the C library fills buffers there with its own
+    /// system calls (stdio's `read`), which no `LD_PRELOAD` can fault in
+    /// first, and which fail with `EFAULT` on non-resident memory served
+    /// in-thread.
+    pub in_thread_paths: Vec<CString>,
     /// `UMIO_PRELOAD_MIN_SIZE`: smaller mappings go to the kernel.
     pub min_size: usize,
     /// `UMIO_PRELOAD_SCRATCH_DIR`: where private mappings keep the pages
@@ -89,15 +99,19 @@ impl Config {
                 default
             }),
         };
-        Config {
-            paths: var(c"UMIO_PRELOAD_PATHS")
+        let patterns = |name: &CStr| -> Vec<CString> {
+            var(name)
                 .map(|v| {
                     v.split(':')
                         .filter(|p| !p.is_empty())
                         .filter_map(|p| CString::new(p).ok())
                         .collect()
                 })
-                .unwrap_or_default(),
+                .unwrap_or_default()
+        };
+        Config {
+            paths: patterns(c"UMIO_PRELOAD_PATHS"),
+            in_thread_paths: patterns(c"UMIO_PRELOAD_IN_THREAD_PATHS"),
             min_size: size(c"UMIO_PRELOAD_MIN_SIZE", 0),
             scratch_dir: var(c"UMIO_PRELOAD_SCRATCH_DIR").map(PathBuf::from),
             heap_file: var(c"UMIO_HEAP_FILE").map(PathBuf::from),
@@ -118,11 +132,22 @@ impl Config {
 
     /// Whether a file whose real path is `path` is selected.
     pub(crate) fn selects(&self, path: &CStr) -> bool {
-        self.paths.iter().any(|pat| {
-            // SAFETY: both are NUL-terminated strings that outlive the call.
-            unsafe { libc::fnmatch(pat.as_ptr(), path.as_ptr(), 0) == 0 }
-        })
+        matches(&self.paths, path)
     }
+
+    /// Whether the mappings of the file whose real path is `path` may be
+    /// served in the faulting thread (`UMIO_PRELOAD_IN_THREAD_PATHS`).
+    pub(crate) fn in_thread(&self, path: &CStr) -> bool {
+        matches(&self.in_thread_paths, path)
+    }
+}
+
+/// Whether one of `patterns` matches `path`.
+fn matches(patterns: &[CString], path: &CStr) -> bool {
+    patterns.iter().any(|pat| {
+        // SAFETY: both are NUL-terminated strings that outlive the call.
+        unsafe { libc::fnmatch(pat.as_ptr(), path.as_ptr(), 0) == 0 }
+    })
 }
 
 #[cfg(test)]
@@ -152,5 +177,17 @@ mod tests {
         assert!(cfg.selects(c"/scratch/run1/x"));
         assert!(!cfg.selects(c"/data/a.txt"));
         assert!(!cfg.selects(c"/scratch/run12/x"));
+    }
+
+    #[test]
+    fn in_thread_paths_opt_files_in() {
+        let cfg = Config {
+            paths: vec![c"/data/*".into()],
+            in_thread_paths: vec![c"/data/*.idx".into()],
+            ..Config::default()
+        };
+        assert!(cfg.in_thread(c"/data/a.idx"));
+        assert!(!cfg.in_thread(c"/data/a.bin"));
+        assert!(!Config::default().in_thread(c"/data/a.idx"));
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use umio_backends::FileStore;
-use umio_core::{MapOptions, Mapping, UncheckedAdvice};
+use umio_core::{FaultService, MapOptions, Mapping, UncheckedAdvice};
 
 use crate::config::Config;
 use crate::runtime::runtime;
@@ -178,7 +178,12 @@ impl Heap {
                 MapOptions::new()
                     .store(Arc::new(store))
                     .len(cfg.heap_size)
-                    .writable(true),
+                    .writable(true)
+                    // The C library reads into heap buffers with its own
+                    // system calls (stdio, `getdelim`), which the shim
+                    // cannot fault in first: served in-thread, a
+                    // non-resident buffer would fail them with `EFAULT`.
+                    .fault_service(FaultService::Fillers),
             )
         }?;
         Ok(Heap {

@@ -208,16 +208,26 @@ fn latency_lines(h: &umio_core::FaultLatency) -> String {
 }
 
 fn print_stats() {
+    let mapped = maps::MAPPED.load(Ordering::Relaxed);
+    let in_thread = maps::MAPPED_IN_THREAD.load(Ordering::Relaxed);
     let mut out = format!(
-        "umio-preload: pid {}: {} file mappings ({} MiB) served by umio",
+        "umio-preload: pid {}: {} file mappings ({} MiB) served by umio ({} by the fillers, \
+         {} in the faulting thread)",
         sys::pid(),
-        maps::MAPPED.load(Ordering::Relaxed),
-        maps::MAPPED_BYTES.load(Ordering::Relaxed) >> 20
+        mapped,
+        maps::MAPPED_BYTES.load(Ordering::Relaxed) >> 20,
+        mapped - in_thread,
+        in_thread
     );
     if let Some(h) = heap::made() {
         let s = h.lock().stats;
         out += &format!(
-            "; heap: {} allocations, {} frees, {} MiB live, peak {} MiB, {} fell back to glibc",
+            "; heap (served by the {}): {} allocations, {} frees, {} MiB live, peak {} MiB, \
+             {} fell back to glibc",
+            match h.mapping().fault_service() {
+                umio_core::FaultService::InThread => "faulting thread",
+                _ => "fillers",
+            },
             s.allocations,
             s.frees,
             s.live_bytes >> 20,

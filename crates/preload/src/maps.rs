@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::c_int;
 use umio_backends::Store;
-use umio_core::{Advice, MapOptions, Mapping, UncheckedAdvice};
+use umio_core::{Advice, FaultService, MapOptions, Mapping, UncheckedAdvice};
 
 use crate::runtime::{Errno, config, runtime};
 use crate::stores::{SharedFile, copy_on_write};
@@ -97,6 +97,8 @@ static SEGMENTS: AtomicUsize = AtomicUsize::new(0);
 /// Mappings made and their total bytes, for `UMIO_STATS`.
 pub(crate) static MAPPED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Of those, mappings served in the faulting thread (for `UMIO_STATS`).
+pub(crate) static MAPPED_IN_THREAD: AtomicUsize = AtomicUsize::new(0);
 
 pub(crate) fn lock() -> MutexGuard<'static, Table> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
@@ -290,8 +292,10 @@ fn checked_range(addr: usize, len: usize) -> Result<Range<usize>, Errno> {
     Ok(addr..end)
 }
 
-/// Whether `mmap(fd)` is one for umio: the file's identity if so.
-fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Option<FileId> {
+/// Whether `mmap(fd)` is one for umio: the file's identity if so, and
+/// whether its path is opted in to the in-thread service
+/// (`UMIO_PRELOAD_IN_THREAD_PATHS`).
+fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Option<(FileId, bool)> {
     let cfg = config();
     if cfg.paths.is_empty()
         || flags & libc::MAP_ANONYMOUS != 0
@@ -327,7 +331,8 @@ fn selected(len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Optio
     let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return None;
     };
-    cfg.selects(&path).then(|| FileId::of(&st))
+    cfg.selects(&path)
+        .then(|| (FileId::of(&st), cfg.in_thread(&path)))
 }
 
 /// `mmap` of a file: `Ok(None)` if the shim leaves it to the kernel.
@@ -339,7 +344,7 @@ pub(crate) fn map(
     fd: c_int,
     off: i64,
 ) -> Result<Option<usize>, Errno> {
-    let Some(file_id) = selected(len, prot, flags, fd, off) else {
+    let Some((file_id, in_thread)) = selected(len, prot, flags, fd, off) else {
         return Ok(None);
     };
     let Ok(rt) = runtime() else {
@@ -378,6 +383,14 @@ pub(crate) fn map(
         .offset(off as u64)
         .len(len)
         .writable(writable);
+    // The C library may read into the mapping with its own system calls
+    // (stdio), which fail with `EFAULT` on non-resident memory served
+    // in-thread: the fillers serve it unless its path is opted in.
+    opts = if in_thread {
+        opts.user_access_only(true)
+    } else {
+        opts.fault_service(FaultService::Fillers)
+    };
     let fixed = flags & libc::MAP_FIXED != 0;
     let mapping = if fixed {
         let range = checked_range(addr, len)?;
@@ -432,6 +445,10 @@ pub(crate) fn map(
     });
     MAPPED.fetch_add(1, Ordering::Relaxed);
     MAPPED_BYTES.fetch_add(len_r, Ordering::Relaxed);
+    if entry.mapping.fault_service() == FaultService::InThread {
+        MAPPED_IN_THREAD.fetch_add(1, Ordering::Relaxed);
+        crate::buffers::in_thread_mapped();
+    }
     let mut t = lock();
     t.insert(Segment {
         range: base..base + len_r,
@@ -949,7 +966,8 @@ pub(crate) fn remap(
                 .store(store.clone())
                 .offset(e.offset)
                 .len(new_len)
-                .writable(e.writable),
+                .writable(e.writable)
+                .fault_service(e.mapping.fault_service()),
         )
     }?;
     let base = mapping.as_ptr() as usize;

@@ -574,6 +574,8 @@ fn system_calls_take_untouched_mapped_buffers_in_both_fault_services() {
                 ("UMIO_PRELOAD_PATHS", &pattern),
                 ("UMIO_CACHE_BYTES", "4M"),
                 ("UMIO_FAULT_SERVICE", service),
+                // The mapped file may be served in-thread; the heap never is.
+                ("UMIO_PRELOAD_IN_THREAD_PATHS", &pattern),
                 ("UMIO_HEAP_FILE", heap.to_str().unwrap()),
                 ("UMIO_HEAP_MIN_ALLOC", "1M"),
                 ("UMIO_STATS", "1"),
@@ -587,6 +589,11 @@ fn system_calls_take_untouched_mapped_buffers_in_both_fault_services() {
             "syscall buffers ok",
         );
         assert_eq!(stat(&out, "file mappings"), 5, "{service}");
+        assert_eq!(
+            stat(&out, "in the faulting thread"),
+            if service == "in-thread" { 5 } else { 0 },
+            "{service}: the opted-in file's mappings"
+        );
         assert!(stat(&out, "allocations") >= 2, "{service}: heap buffers");
         assert!(
             stat(&out, "evicted pages") > 0,
@@ -725,4 +732,134 @@ fn last_pages_of_every_kind_of_mapping_complete() {
             "{stderr}"
         );
     }
+}
+
+/// A text file of `lines` lines of varied lengths and contents (sortable,
+/// with duplicates), for the heap-mode stdio and `sort` tests.
+fn text_file(path: &Path, lines: usize) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..lines {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = 1 + (x % 120) as usize;
+        let line: String = (0..len)
+            .map(|k| (b'a' + ((x >> (k % 50)) % 26) as u8) as char)
+            .collect();
+        writeln!(f, "{line} {}", i % 1000).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// `fread`, `fgets` and `fwrite` (the C library's own system calls, which
+/// the shim cannot interpose) into and out of large heap buffers never
+/// touched before, in heap mode with `UMIO_FAULT_SERVICE=in-thread`: the
+/// heap is served by the fillers whatever the variable says, so the bytes
+/// come through. (Served in-thread, the first `fread` failed with
+/// `EFAULT`.)
+#[test]
+fn stdio_reads_and_writes_large_heap_buffers_under_the_in_thread_service() {
+    let dir = scratch();
+    let exe = compile("stdio_heap", dir.path());
+    let input = dir.path().join("in.txt");
+    text_file(&input, 400_000);
+    let len = std::fs::metadata(&input).unwrap().len();
+    assert!(len > 16 << 20, "{len} bytes: larger than the cache");
+    let heap = dir.path().join("heap");
+    std::fs::create_dir(&heap).unwrap();
+    for service in ["in-thread", "fillers"] {
+        let output = dir.path().join(format!("out-{service}.txt"));
+        let out = run(
+            &exe,
+            &[input.to_str().unwrap(), output.to_str().unwrap()],
+            &[
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_HEAP_FILE", heap.to_str().unwrap()),
+                ("UMIO_HEAP_MIN_ALLOC", "1M"),
+                ("UMIO_CACHE_BYTES", "8M"),
+                ("UMIO_STATS", "1"),
+            ],
+            true,
+        );
+        assert_ok(&out, &format!("stdio_heap, {service}"), "stdio heap ok");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("heap (served by the fillers)"),
+            "{service}: {stderr}"
+        );
+        // The two file buffers and the two stdio buffers.
+        assert!(stat(&out, "allocations") >= 4, "{service}: {stderr}");
+        assert!(stat(&out, "evicted pages") > 0, "{service}: through 8 MiB");
+        assert!(
+            std::fs::read(&input).unwrap() == std::fs::read(&output).unwrap(),
+            "{service}: the file written back differs from the file read"
+        );
+    }
+}
+
+/// GNU `sort`, if installed, with its buffer in the shim's heap and
+/// `UMIO_FAULT_SERVICE=in-thread`: the same output as without the shim.
+/// (Served in-thread, the heap failed `sort`'s first read with `EFAULT`:
+/// "sort: read failed: ...: Bad address".)
+#[test]
+fn gnu_sort_in_heap_mode_under_the_in_thread_service_sorts_as_without_the_shim() {
+    let Some(sort) = ["/usr/bin/sort", "/bin/sort"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        eprintln!("SKIPPED: no GNU sort");
+        return;
+    };
+    let dir = scratch();
+    let input = dir.path().join("in.txt");
+    text_file(&input, 300_000);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let heap = dir.path().join("heap");
+    std::fs::create_dir(&heap).unwrap();
+    let sorted = |out: &Path, env: &[(&str, &str)], preload: bool| {
+        let mut cmd = command(
+            Path::new(sort),
+            &[
+                "-S",
+                "64M",
+                "-T",
+                tmp.to_str().unwrap(),
+                input.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            env,
+            preload,
+        );
+        cmd.env("LC_ALL", "C");
+        output_within(cmd, Path::new(sort), HANG)
+    };
+    let plain = dir.path().join("plain.txt");
+    let o = sorted(&plain, &[], false);
+    assert!(o.status.success(), "sort without the shim: {o:?}");
+    let shimmed = dir.path().join("shim.txt");
+    let o = sorted(
+        &shimmed,
+        &[
+            ("UMIO_FAULT_SERVICE", "in-thread"),
+            ("UMIO_HEAP_FILE", heap.to_str().unwrap()),
+            ("UMIO_HEAP_MIN_ALLOC", "1M"),
+            ("UMIO_CACHE_BYTES", "16M"),
+            ("UMIO_STATS", "1"),
+        ],
+        true,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "sort under the shim: {o:?}");
+    assert!(
+        stat(&o, "allocations") >= 1,
+        "sort's buffer in the heap: {stderr}"
+    );
+    assert!(
+        std::fs::read(&plain).unwrap() == std::fs::read(&shimmed).unwrap(),
+        "sort's output under the shim differs from its output without it"
+    );
 }

@@ -1,4 +1,7 @@
-//! Anonymous memory for regions and staging buffers.
+//! Anonymous memory for regions and staging buffers, and system calls
+//! that read or write a region's memory (`read_fd`, `write_fd`).
+
+use std::os::fd::RawFd;
 
 use super::errno;
 
@@ -287,6 +290,53 @@ impl Drop for StagingBuffer {
 // SAFETY: the buffer is plain memory owned by one StagingBuffer; moving it
 // to another thread moves that ownership.
 unsafe impl Send for StagingBuffer {}
+
+/// One `read(2)` (`at` `None`: at the descriptor's position) or
+/// `pread(2)` (at `at`) from `fd` into `len` bytes of a live mapping of
+/// the caller's at `addr`. The kernel writes the bytes itself and checks
+/// the range: an address it cannot write fails the call with `EFAULT`
+/// (or shortens it). Retries `EINTR`.
+pub(crate) fn read_fd(fd: RawFd, addr: usize, len: usize, at: Option<u64>) -> Result<usize, i32> {
+    loop {
+        // SAFETY: the caller passes a range of a mapping of its own that
+        // stays mapped for the call; the kernel writes at most `len` bytes
+        // there and faults (`EFAULT`) rather than touch anything else.
+        let n = unsafe {
+            match at {
+                None => libc::read(fd, addr as *mut libc::c_void, len),
+                Some(off) => libc::pread(fd, addr as *mut libc::c_void, len, off as libc::off_t),
+            }
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        match errno() {
+            libc::EINTR => continue,
+            e => return Err(e),
+        }
+    }
+}
+
+/// One `write(2)` (`at` `None`) or `pwrite(2)` (at `at`) to `fd` of `len`
+/// bytes of a live mapping of the caller's at `addr`; as [`read_fd`].
+pub(crate) fn write_fd(fd: RawFd, addr: usize, len: usize, at: Option<u64>) -> Result<usize, i32> {
+    loop {
+        // SAFETY: as in `read_fd`; the kernel only reads the range.
+        let n = unsafe {
+            match at {
+                None => libc::write(fd, addr as *const libc::c_void, len),
+                Some(off) => libc::pwrite(fd, addr as *const libc::c_void, len, off as libc::off_t),
+            }
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        match errno() {
+            libc::EINTR => continue,
+            e => return Err(e),
+        }
+    }
+}
 
 /// Writes the byte at `addr` without changing it, atomically with any
 /// other thread's write: a page that is write-protected takes its write

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-use umio_core::{PrefetchKind, PromoteKind};
+use umio_core::{FaultService, PrefetchKind, PromoteKind};
 
 use super::name;
 use crate::boundary::{Errno, check_ptr, ffi_boundary};
@@ -99,6 +99,22 @@ pub struct umio_map_options {
     /// `size` member to grow by.
     pub store_punch_hole:
         Option<unsafe extern "C" fn(user: *mut c_void, offset: u64, len: u64) -> c_int>,
+    /// How this mapping's faults are served, by name: `"fillers"` (filler
+    /// threads; the kernel's own accesses to the mapping, a `read(2)` into
+    /// it, are served too where the userfaultfd is in full mode),
+    /// `"in-thread"` (the faulting thread, in a SIGBUS handler: faster, but
+    /// a system call given a non-resident part of the mapping fails with
+    /// `EFAULT`: use `umio_read_into` and `umio_write_from`) or `"auto"`.
+    /// NULL or `""`: the runtime's (`umio_config_set_fault_service`,
+    /// `UMIO_FAULT_SERVICE`; `"auto"` by default). `umio_stats` says
+    /// which the mapping got (`in_thread`).
+    pub fault_service: *const c_char,
+    /// Non-zero: the program declares the mapping private to user code, i.e.
+    /// the kernel never reads or writes it on the program's behalf (no
+    /// `read(2)`/`write(2)`, io_uring, AIO or `O_DIRECT` into or out of it
+    /// but through `umio_read_into`/`umio_write_from`); `"auto"` then serves
+    /// it in the faulting thread. 0: no such promise.
+    pub user_access_only: c_int,
 }
 
 /// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
@@ -250,6 +266,12 @@ pub unsafe extern "C" fn umio_map(
             _ => return Err(Errno(libc::EINVAL)),
         };
         req.page_size = (o.page_size != 0).then_some(o.page_size);
+        // SAFETY: the caller promised a NUL-terminated string or NULL.
+        req.fault_service = match unsafe { name(o.fault_service) }? {
+            None => None,
+            Some(n) => Some(FaultService::from_name(n).ok_or(Errno(libc::EINVAL))?),
+        };
+        req.user_access_only = o.user_access_only != 0;
         let window = if o.read_ahead == 0 {
             DEFAULT_WINDOW
         } else {

@@ -91,6 +91,93 @@ pub unsafe extern "C" fn umio_pwrite(addr: *mut c_void, buf: *const c_void, len:
     })
 }
 
+/// `read(2)` from `fd` into `[addr, addr + len)` of a writable umio
+/// mapping, correct whatever serves the mapping's faults: under the
+/// in-thread service (and a user-mode-only userfaultfd) a plain `read(2)`
+/// into a non-resident page fails with `EFAULT`; this faults the range in
+/// first, writable, and again should a page be evicted before the call.
+/// `file_offset` -1 reads at the descriptor's position (`read(2)`), else
+/// at that offset (`pread(2)`). One call: it returns the bytes read, which
+/// may be fewer than `len` (0 at the end of the file; a range larger than
+/// an eighth of the cache is read in part): call again for the rest. -1
+/// with errno `EINVAL` (the range not within one umio mapping, `len` 0, a
+/// read-only mapping, `file_offset` below -1), the store's errno (a page
+/// could not be read), or `read(2)`'s own (`EBADF`, ...).
+///
+/// # Safety
+/// None: the range is looked up among umio's mappings and written by the
+/// kernel only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_read_into(
+    addr: *mut c_void,
+    len: usize,
+    fd: c_int,
+    file_offset: i64,
+) -> isize {
+    ffi_boundary!(-1, {
+        let (m, range, at, fd) = syscall_args(addr, len, fd, file_offset)?;
+        // SAFETY: no Rust slice of a C API mapping is ever made.
+        let n = unsafe { m.read_into_shared(fd, at, range) }?;
+        Ok(n as isize)
+    })
+}
+
+/// `write(2)` to `fd` of `[addr, addr + len)` of a umio mapping, correct
+/// whatever serves the mapping's faults (as `umio_read_into`: the range is
+/// faulted in first where the kernel's own access would fail). `file_offset`
+/// -1 writes at the descriptor's position, else at that offset
+/// (`pwrite(2)`). Returns the bytes written (maybe fewer than `len`), or
+/// -1 with errno as `umio_read_into`'s.
+///
+/// # Safety
+/// None: the range is looked up among umio's mappings and read by the
+/// kernel only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn umio_write_from(
+    addr: *const c_void,
+    len: usize,
+    fd: c_int,
+    file_offset: i64,
+) -> isize {
+    ffi_boundary!(-1, {
+        let (m, range, at, fd) = syscall_args(addr, len, fd, file_offset)?;
+        let n = m.write_from(fd, at, range)?;
+        Ok(n as isize)
+    })
+}
+
+/// The checked arguments of `umio_read_into` and `umio_write_from`: the
+/// mapping, the range in it, the file offset (`None`: the position) and
+/// the descriptor.
+type SyscallArgs = (
+    std::sync::Arc<Mapping>,
+    Range<usize>,
+    Option<u64>,
+    std::os::fd::BorrowedFd<'static>,
+);
+
+/// Checks the arguments of `umio_read_into` and `umio_write_from`.
+fn syscall_args(
+    addr: *const c_void,
+    len: usize,
+    fd: c_int,
+    file_offset: i64,
+) -> Result<SyscallArgs, Errno> {
+    if len == 0 || fd < 0 || file_offset < -1 {
+        return Err(Errno(if fd < 0 { libc::EBADF } else { libc::EINVAL }));
+    }
+    let m = registry::get(addr)?;
+    let range = registry::relative(&m, addr, len)?;
+    if range.len() != len {
+        return Err(Errno(libc::EINVAL));
+    }
+    let at = u64::try_from(file_offset).ok();
+    // SAFETY: the descriptor is the caller's, open for the call (a closed
+    // one fails the system call with EBADF); umio keeps no copy of it.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok((m, range, at, fd))
+}
+
 /// Writes the dirty pages of `[addr, addr + len)` to the store without
 /// syncing it, so that `read(2)` of the mapped file sees them; `len` 0:
 /// from `addr` to the end of its mapping. Returns 0, or -1 with errno

@@ -52,6 +52,10 @@ pub struct umio_stats {
     /// `reads_submitted / read_submissions`: reads per batch, on average
     /// (0 before the first batch).
     pub mean_reads_in_flight: f64,
+    /// How the mapping's faults are served: 1 in the faulting thread
+    /// (`"in-thread"`), 0 by filler threads (`"fillers"`); see
+    /// `umio_map_options.fault_service`.
+    pub in_thread: u64,
 }
 
 // SAFETY: repr(C), `size` first, integers and one `double` (any bit
@@ -86,6 +90,7 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             reads_submitted: s.reads_submitted,
             max_reads_in_flight: s.max_reads_in_flight,
             mean_reads_in_flight: s.mean_reads_in_flight(),
+            in_thread: u64::from(s.fault_service == umio_core::FaultService::InThread),
         };
         // SAFETY: the caller promised `size` writable bytes.
         unsafe { extensible::write(out, stats) }?;
@@ -175,6 +180,9 @@ pub struct umio_runtime_stats {
     pub max_reads_in_flight: u64,
     /// `reads_submitted / read_submissions` (0 before the first batch).
     pub mean_reads_in_flight: f64,
+    /// Of `regions`, those whose faults are served in the faulting thread
+    /// (`umio_map_options.fault_service`); the fillers serve the others.
+    pub in_thread_regions: u64,
 }
 
 /// Buckets of `umio_runtime_stats.fault_latency`.
@@ -219,6 +227,7 @@ impl umio_runtime_stats {
             reads_submitted: s.reads_submitted,
             max_reads_in_flight: s.max_reads_in_flight,
             mean_reads_in_flight: s.mean_reads_in_flight(),
+            in_thread_regions: s.in_thread_regions,
         }
     }
 }
