@@ -683,6 +683,35 @@ impl Mapping {
         self.write_at_inner(offset, buf)
     }
 
+    /// The store's bytes at byte `offset` of the mapping were just written
+    /// with `buf` by other means (`pwrite(2)` of the mapped file): copies
+    /// them into the pages of the range that are resident, each held busy
+    /// meanwhile, so that the mapping shows them without a fault or a store
+    /// read. Clean pages stay clean (they hold what the store holds), dirty
+    /// ones dirty; pages not resident are left alone (their next access
+    /// reads the store). Use it in place of
+    /// [`invalidate_range_shared`](Mapping::invalidate_range_shared) when
+    /// the written bytes are at hand.
+    ///
+    /// # Safety
+    /// As [`invalidate_range_shared`](Mapping::invalidate_range_shared):
+    /// no slice of this mapping may be alive, in any thread, while the call
+    /// runs: the bytes it covers change.
+    pub unsafe fn update_resident_shared(
+        &self,
+        offset: usize,
+        buf: &[u8],
+    ) -> Result<crate::update::Updated> {
+        let end = offset
+            .checked_add(buf.len())
+            .ok_or(Error::InvalidArgument("range outside the mapping"))?;
+        let range = self.inner(offset..end);
+        self.pages_within(&range)?;
+        self.rt
+            .shared()
+            .update_resident(&self.region, range.start, buf)
+    }
+
     fn write_at_inner(&self, offset: usize, buf: &[u8]) -> Result<()> {
         let end = offset
             .checked_add(buf.len())

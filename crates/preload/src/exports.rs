@@ -284,7 +284,9 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             unsafe { libc::syscall(libc::SYS_write, fd, buf.byte_add(done), n - done) as ssize_t }
         })
     };
-    boundary(-1, raw, || coherence::write(fd, At::Position, n, kernel))
+    boundary(-1, raw, || {
+        coherence::write_from(fd, At::Position, n, Some(&[(buf as usize, n)]), kernel)
+    })
 }
 
 /// `pwrite(2)`.
@@ -313,7 +315,13 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
         })
     };
     boundary(-1, raw, || {
-        coherence::write(fd, At::Offset(off as u64), n, kernel)
+        coherence::write_from(
+            fd,
+            At::Offset(off as u64),
+            n,
+            Some(&[(buf as usize, n)]),
+            kernel,
+        )
     })
 }
 
@@ -342,7 +350,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         // SAFETY: the caller's iovec array.
         let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
         let kernel = || buffers::around(&bufs, Access::Reads, raw);
-        coherence::write(fd, At::Position, n, kernel)
+        coherence::write_from(fd, At::Position, n, Some(&bufs), kernel)
     })
 }
 
@@ -376,7 +384,7 @@ pub unsafe extern "C" fn pwritev2(
         // SAFETY: the caller's iovec array.
         let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
         let kernel = || buffers::around(&bufs, Access::Reads, raw);
-        coherence::write(fd, at, n, kernel)
+        coherence::write_from(fd, at, n, Some(&bufs), kernel)
     })
 }
 
