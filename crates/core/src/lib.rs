@@ -14,6 +14,7 @@ mod evict;
 mod fault;
 mod fill;
 mod fork;
+mod handover;
 pub mod histogram;
 mod huge;
 mod in_thread;

@@ -78,6 +78,9 @@ pub unsafe extern "C" fn mmap(
                 if p == libc::MAP_FAILED {
                     return Err(Errno(sys::errno()));
                 }
+                if flags & 0x0f != libc::MAP_PRIVATE {
+                    maps::kernel_mapped_shared(fd);
+                }
                 Ok(p)
             }
         }

@@ -398,6 +398,48 @@ fn writes_and_reads_through_descriptors_are_coherent_with_mappings() {
     }
 }
 
+/// Two `MAP_SHARED` mappings of one file: each sees the other's writes at
+/// once (bytes 100-103 through one, 0-3 of the same page through the
+/// other), the file keeps both, and a thread writing through the first
+/// while the second is made loses nothing; in both fault services, with 4
+/// and 64 KiB pages, through a cache smaller than the file.
+#[test]
+fn two_shared_mappings_of_one_file_are_one() {
+    let dir = scratch();
+    let exe = compile("two_maps", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("two.bin");
+    let file = file.to_str().unwrap();
+    let kernel = run_within(120, &exe, &[file, "8"], &[], false);
+    assert_ok(&kernel, "two_maps under the kernel", "two_maps ok");
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        for page in ["4K", "64K"] {
+            let out = run_within(
+                300,
+                &exe,
+                &[file, "8"],
+                &[
+                    ("UMIO_PRELOAD_PATHS", &pattern),
+                    ("UMIO_CACHE_BYTES", "4M"),
+                    ("UMIO_PAGE_SIZE", page),
+                    ("UMIO_FAULT_SERVICE", service),
+                    ("UMIO_STATS", "1"),
+                    ("EXPECT_UMIO", "1"),
+                ],
+                true,
+            );
+            assert_ok(
+                &out,
+                &format!("two_maps under the shim, {service}, {page} pages"),
+                "two_maps ok",
+            );
+            assert!(stat(&out, "file mappings") >= 2);
+        }
+    }
+}
+
 /// LMDB (Debian's `liblmdb-dev`): 500,000 inserts into a database of about
 /// 100 MiB through a 16 MiB cache, then every record read back, in LMDB's
 /// default mode (pages written with `pwrite`, read through a read-only
