@@ -292,6 +292,25 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     })
 }
 
+/// `_exit(2)`: as `exit` for umio, without the program's `atexit`
+/// handlers: shared mappings still mapped are written back (their writes
+/// outlive the process, as in the kernel's page cache) and `UMIO_STATS`
+/// printed; then the process ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    crate::before_exit();
+    loop {
+        // SAFETY: ends the process; no pointer is passed.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_Exit(3)`: [`_exit`].
+#[unsafe(no_mangle)]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
+}
+
 /// `pwrite(2)`.
 ///
 /// # Safety
