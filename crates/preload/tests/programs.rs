@@ -585,6 +585,115 @@ fn heap_mode_runs_arrays_larger_than_the_cache() {
     assert_eq!(stat(&out, "fell back"), 0);
     assert!(stat(&out, "MiB live") == 0);
     assert!(stat(&out, "evicted pages") > 0, "96 MiB of arrays in 8 MiB");
+    assert!(
+        stat(&out, "MiB fresh") >= 48,
+        "fresh arrays are zero-filled without a file read"
+    );
+}
+
+/// A missing `UMIO_HEAP_FILE` directory is named in the error.
+#[test]
+fn a_missing_heap_directory_is_named() {
+    let dir = scratch();
+    let exe = compile("heap", dir.path());
+    let missing = dir.path().join("no/such/dir");
+    let out = run(
+        &exe,
+        &["2", "2"],
+        &[("UMIO_HEAP_FILE", missing.to_str().unwrap())],
+        true,
+    );
+    assert_ok(&out, "heap with a missing heap directory", "heap ok");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("heap mode cannot start") && stderr.contains(missing.to_str().unwrap()),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("heap mode cannot start").count(), 1, "{stderr}");
+}
+
+/// A process that ends with `_exit`, its shared mapping still mapped,
+/// keeps what it wrote (as in the kernel's page cache) and prints
+/// `UMIO_STATS`; in both fault services.
+#[test]
+fn exit_without_atexit_keeps_shared_writes_and_prints_stats() {
+    let dir = scratch();
+    let exe = compile("exit_now", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("exit.bin");
+    let check = |what: &str| {
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(bytes.len(), 8 << 20);
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            let off = (i * 8) as u64;
+            let seed: u64 = if off < 4 << 20 { 5 } else { 1 };
+            let want = ((off / 8) + 1).wrapping_mul(0x9E3779B97F4A7C15) ^ (seed << 56);
+            assert_eq!(u64::from_ne_bytes(w.try_into().unwrap()), want, "{what}: word at {off}");
+        }
+    };
+    let path = file.to_str().unwrap();
+    let kernel = run(&exe, &[path, "8"], &[], false);
+    assert_ok(&kernel, "exit_now under the kernel", "exit_now ok");
+    check("kernel");
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        let out = run(
+            &exe,
+            &[path, "8"],
+            &[
+                ("UMIO_PRELOAD_PATHS", &pattern),
+                ("UMIO_CACHE_BYTES", "16M"),
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_STATS", "1"),
+                ("EXPECT_UMIO", "1"),
+            ],
+            true,
+        );
+        assert_ok(&out, &format!("exit_now under the shim, {service}"), "exit_now ok");
+        assert_eq!(stat(&out, "file mappings"), 1);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("fault service {service}")), "{stderr}");
+        check(service);
+    }
+}
+
+/// `pwrite`, `write` and `pwritev` over resident pages of a shared mapping
+/// show in it at once and leave the pages resident: no page is read twice
+/// (the cache holds the file), in both fault services, 4 and 64 KiB pages.
+#[test]
+fn writes_over_resident_mapped_pages_update_them_in_place() {
+    let dir = scratch();
+    let exe = compile("pwrite_inplace", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("inplace.bin");
+    let file = file.to_str().unwrap();
+    let kernel = run(&exe, &[file, "8"], &[], false);
+    assert_ok(&kernel, "pwrite_inplace under the kernel", "pwrite_inplace ok");
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        for page in ["4K", "64K"] {
+            let out = run(
+                &exe,
+                &[file, "8"],
+                &[
+                    ("UMIO_PRELOAD_PATHS", &pattern),
+                    ("UMIO_CACHE_BYTES", "64M"),
+                    ("UMIO_PAGE_SIZE", page),
+                    ("UMIO_FAULT_SERVICE", service),
+                    ("UMIO_STATS", "1"),
+                    ("EXPECT_UMIO", "1"),
+                ],
+                true,
+            );
+            let what = format!("pwrite_inplace under the shim, {service}, {page} pages");
+            assert_ok(&out, &what, "pwrite_inplace ok");
+            // 8 MiB read once (dropped pages would be read again: 16 MiB).
+            assert!(stat(&out, "MiB read") <= 9, "{what}: a page was read twice");
+            assert_eq!(stat(&out, "evicted pages"), 0, "{what}");
+        }
+    }
 }
 
 /// Mapped pages and heap allocations never touched, passed as the buffers
