@@ -42,6 +42,8 @@ static BASE: AtomicUsize = AtomicUsize::new(0);
 static END: AtomicUsize = AtomicUsize::new(0);
 
 static HEAP: OnceLock<Heap> = OnceLock::new();
+/// The heap's error when the runtime could not start (already reported).
+const RUNTIME_FAILED: &str = "umio cannot start";
 /// Held while the region is made (and across `fork`).
 pub(crate) static INIT: Mutex<()> = Mutex::new(());
 
@@ -128,9 +130,11 @@ pub(crate) fn get() -> Option<&'static Heap> {
             Some(h)
         }
         Err(e) => {
-            sys::eprint(&format!(
-                "umio-preload: heap mode cannot start ({e}); allocations stay with glibc\n"
-            ));
+            if e.to_string() != RUNTIME_FAILED {
+                sys::eprint(&format!(
+                    "umio-preload: heap mode cannot start ({e}); allocations stay with glibc\n"
+                ));
+            }
             STATE.store(FAILED, Ordering::Release);
             None
         }
@@ -174,7 +178,9 @@ impl Heap {
         let path = cfg.heap_file.as_deref().ok_or("no UMIO_HEAP_FILE")?;
         let file = open_file(path, cfg.heap_size)
             .map_err(|e| format!("UMIO_HEAP_FILE {}: {e}", path.display()))?;
-        let rt = runtime().map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+        // Its failure is reported once, by `runtime`, saying that
+        // allocations stay with glibc.
+        let rt = runtime().map_err(|_| RUNTIME_FAILED)?;
         let store = Arc::new(HeapStore::new(FileStore::new(&file)?, cfg.heap_size as u64));
         // SAFETY: the heap file is the shim's own; the application reaches
         // the heap through pointers only, and no Rust slice of it is made.

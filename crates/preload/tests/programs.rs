@@ -610,6 +610,20 @@ fn a_missing_heap_directory_is_named() {
         "{stderr}"
     );
     assert_eq!(stderr.matches("heap mode cannot start").count(), 1, "{stderr}");
+    // A runtime that cannot start is reported once, not again by the heap.
+    let out = run(
+        &exe,
+        &["2", "2"],
+        &[
+            ("UMIO_HEAP_FILE", dir.path().to_str().unwrap()),
+            ("UMIO_CACHE_BYTES", "lots"),
+        ],
+        true,
+    );
+    assert_ok(&out, "heap with a runtime that cannot start", "heap ok");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("umio-preload").count(), 1, "{stderr}");
+    assert!(stderr.contains("UMIO_CACHE_BYTES"), "{stderr}");
 }
 
 /// A process that ends with `_exit`, its shared mapping still mapped,
