@@ -479,7 +479,13 @@ impl Shared {
     /// kernel refuses because it spans several VMAs (an `mprotect` of part
     /// of a page, or of part of a run, splits them) is copied in pieces,
     /// each within one VMA and taking its protection (see [`per_vma`]).
-    pub(crate) fn install(&self, dst: usize, src: &[u8], wp: bool, dontwake: bool) -> Result<(), i32> {
+    pub(crate) fn install(
+        &self,
+        dst: usize,
+        src: &[u8],
+        wp: bool,
+        dontwake: bool,
+    ) -> Result<(), i32> {
         per_vma(dst, src.len(), |at, n| {
             // `at - dst + n <= src.len()`: within the source.
             let from = &src[at - dst..at - dst + n];

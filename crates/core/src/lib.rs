@@ -65,5 +65,5 @@ pub use process::{ProcessConfig, ProcessLock, ProcessRuntime, StartFailure};
 pub use runtime::Runtime;
 pub use stats::{RegionStats, Stats, format_bytes};
 pub use threads::on_runtime_thread;
-pub use update::Updated;
 pub use trace::{FaultTrace, now as trace_clock};
+pub use update::Updated;

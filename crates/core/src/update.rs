@@ -41,7 +41,12 @@ impl Shared {
     /// into the region's resident pages over `at..at + src.len()`, each
     /// held busy meanwhile. Pages in holes (unmapped parts) are skipped.
     /// Works inside the region (`Region::enter`).
-    pub(crate) fn update_resident(&self, region: &Region, at: usize, src: &[u8]) -> Result<Updated> {
+    pub(crate) fn update_resident(
+        &self,
+        region: &Region,
+        at: usize,
+        src: &[u8],
+    ) -> Result<Updated> {
         let Some(_entered) = region.enter() else {
             return Err(Error::NotMapped);
         };

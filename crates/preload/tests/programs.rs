@@ -609,7 +609,11 @@ fn a_missing_heap_directory_is_named() {
         stderr.contains("heap mode cannot start") && stderr.contains(missing.to_str().unwrap()),
         "{stderr}"
     );
-    assert_eq!(stderr.matches("heap mode cannot start").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("heap mode cannot start").count(),
+        1,
+        "{stderr}"
+    );
     // A runtime that cannot start is reported once, not again by the heap.
     let out = run(
         &exe,
@@ -643,7 +647,11 @@ fn exit_without_atexit_keeps_shared_writes_and_prints_stats() {
             let off = (i * 8) as u64;
             let seed: u64 = if off < 4 << 20 { 5 } else { 1 };
             let want = ((off / 8) + 1).wrapping_mul(0x9E3779B97F4A7C15) ^ (seed << 56);
-            assert_eq!(u64::from_ne_bytes(w.try_into().unwrap()), want, "{what}: word at {off}");
+            assert_eq!(
+                u64::from_ne_bytes(w.try_into().unwrap()),
+                want,
+                "{what}: word at {off}"
+            );
         }
     };
     let path = file.to_str().unwrap();
@@ -664,10 +672,17 @@ fn exit_without_atexit_keeps_shared_writes_and_prints_stats() {
             ],
             true,
         );
-        assert_ok(&out, &format!("exit_now under the shim, {service}"), "exit_now ok");
+        assert_ok(
+            &out,
+            &format!("exit_now under the shim, {service}"),
+            "exit_now ok",
+        );
         assert_eq!(stat(&out, "file mappings"), 1);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(&format!("fault service {service}")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("fault service {service}")),
+            "{stderr}"
+        );
         check(service);
     }
 }
@@ -684,7 +699,11 @@ fn writes_over_resident_mapped_pages_update_them_in_place() {
     let file = data.join("inplace.bin");
     let file = file.to_str().unwrap();
     let kernel = run(&exe, &[file, "8"], &[], false);
-    assert_ok(&kernel, "pwrite_inplace under the kernel", "pwrite_inplace ok");
+    assert_ok(
+        &kernel,
+        "pwrite_inplace under the kernel",
+        "pwrite_inplace ok",
+    );
     let pattern = format!("{}/*", data.display());
     for service in ["fillers", "in-thread"] {
         for page in ["4K", "64K"] {
