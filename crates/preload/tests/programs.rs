@@ -440,6 +440,73 @@ fn two_shared_mappings_of_one_file_are_one() {
     }
 }
 
+/// The `sqlite3` shell (Debian's `sqlite3`) with `mmap_size`: it reads
+/// through its mapping and writes with `pwrite`. An UPDATE of every row
+/// through the shim gives the right sums, the database checks, and, the
+/// cache holding the file, no page is read twice (the pages `pwrite`
+/// rewrites are updated in place); in both fault services.
+#[test]
+fn sqlite_updates_through_mmap_and_pwrite_keep_pages_cached() {
+    let sqlite = Path::new("/usr/bin/sqlite3");
+    if !sqlite.exists() {
+        eprintln!("SKIPPED: sqlite3 is not installed (apt-get install sqlite3)");
+        return;
+    }
+    let dir = scratch();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let base = data.join("base.db");
+    let base_s = base.to_str().unwrap();
+    let make = run(
+        sqlite,
+        &[
+            base_s,
+            "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b TEXT); \
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<100000) \
+             INSERT INTO t SELECT x, x, hex(randomblob(64)) FROM c;",
+        ],
+        &[],
+        false,
+    );
+    assert!(make.status.success(), "{make:?}");
+    let mib = std::fs::metadata(&base).unwrap().len() >> 20;
+    let db = data.join("t.db");
+    let db_s = db.to_str().unwrap();
+    let pattern = format!("{}/t.db", data.display());
+    let sql = "PRAGMA mmap_size=1000000000; SELECT sum(a) FROM t; \
+               UPDATE t SET a = a + 1; SELECT sum(a) FROM t;";
+    let before: u64 = (1..=100_000u64).sum();
+    let after = before + 100_000;
+    for service in ["fillers", "in-thread"] {
+        std::fs::copy(&base, &db).unwrap();
+        let out = run(
+            sqlite,
+            &[db_s, sql],
+            &[
+                ("UMIO_PRELOAD_PATHS", &pattern),
+                ("UMIO_CACHE_BYTES", "256M"),
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_STATS", "1"),
+            ],
+            true,
+        );
+        let what = format!("sqlite3 under the shim, {service}");
+        assert_ok(&out, &what, &format!("{before}\n{after}"));
+        assert_eq!(stat(&out, "file mappings"), 1, "{what}");
+        assert!(
+            stat(&out, "MiB read") <= mib + 1,
+            "{what}: pages read again ({mib} MiB database)"
+        );
+        let check = run(
+            sqlite,
+            &[db_s, "PRAGMA integrity_check; SELECT sum(a) FROM t;"],
+            &[],
+            false,
+        );
+        assert_ok(&check, &format!("{what}: the database after"), &format!("ok\n{after}"));
+    }
+}
+
 /// LMDB (Debian's `liblmdb-dev`): 500,000 inserts into a database of about
 /// 100 MiB through a 16 MiB cache, then every record read back, in LMDB's
 /// default mode (pages written with `pwrite`, read through a read-only
