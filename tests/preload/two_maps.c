@@ -97,6 +97,33 @@ static void a_writer_meanwhile_loses_nothing(const char *path) {
     CHECK(file_holds(path, 0, len, 7));
 }
 
+/* The second mapping at an offset (not a multiple of the umio page): the
+ * same bytes at their offsets in both. */
+static void at_an_offset(const char *path) {
+    make_file(path, len, 1);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    unsigned char *a = map_rw(fd);
+    CHECK(served_by_umio(a) == expect_umio());
+    fill(a, 0, len, 3);
+    size_t off = 8192;
+    const unsigned char *b = mmap(NULL, len - off, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    CHECK(b != MAP_FAILED);
+    CHECK(mismatch(b - off, off, len, 3) == -1);
+    a[off + 5] = 0x77;
+    CHECK(b[5] == 0x77);
+    CHECK(munmap((void *)b, len - off) == 0);
+    CHECK(munmap(a, len) == 0);
+    CHECK(close(fd) == 0);
+    fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    unsigned char got;
+    CHECK(pread(fd, &got, 1, (off_t)off + 5) == 1 && got == 0x77);
+    CHECK(close(fd) == 0);
+    CHECK(file_holds(path, 0, off, 3));
+    CHECK(file_holds(path, off + 8, len, 3));
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 3);
     len = (size_t)atoi(argv[2]) << 20;
@@ -105,6 +132,8 @@ int main(int argc, char **argv) {
     each_sees_the_other(path);
     snprintf(path, sizeof path, "%s.2", argv[1]);
     a_writer_meanwhile_loses_nothing(path);
+    snprintf(path, sizeof path, "%s.3", argv[1]);
+    at_an_offset(path);
     printf("two_maps ok\n");
     return 0;
 }

@@ -496,6 +496,10 @@ impl Table {
 /// shared mappings of the same file, they go to the kernel too (see
 /// [`share_through_kernel`]), and so does every later one.
 pub(crate) fn kernel_mapped_shared(fd: c_int) {
+    if config().paths.is_empty() {
+        // No file mapping is ever umio's.
+        return;
+    }
     let Some((id, _)) = crate::coherence::file_of(fd) else {
         return;
     };
@@ -550,7 +554,9 @@ fn share_through_kernel(id: FileId) {
             .collect();
         let prot = libc::PROT_READ | if e.writable { libc::PROT_WRITE } else { 0 };
         let fd = e.file.as_raw_fd();
+        let mut parts: Vec<Range<usize>> = Vec::new();
         let mut replace = |addr: usize, len: usize, off: u64| {
+            parts.push(addr..addr + len);
             // SAFETY: `addr..addr + len` is umio memory of this mapping,
             // handed over: the kernel's mapping of the same file replaces
             // it at once (MAP_FIXED).
@@ -582,18 +588,25 @@ fn share_through_kernel(id: FileId) {
                 continue;
             }
         }
-        for s in segs {
-            if !s.visible {
-                // Memory the application unmapped (or never had: the
-                // padding past its length in the last umio page).
+        let visible: Vec<Range<usize>> = segs
+            .iter()
+            .filter(|s| s.visible)
+            .map(|s| s.range.clone())
+            .collect();
+        for part in &parts {
+            // Memory the application unmapped or never had (the padding
+            // past its length in the last umio page, the part of the first
+            // before its offset): the kernel's mapping goes there too.
+            for gap in uncovered(part, visible.clone()) {
                 // SAFETY: part of the range just handed over, unknown to
                 // the application.
-                unsafe { sys::munmap(s.range.start, s.range.len()) };
-            } else if s.prot != prot {
-                // SAFETY: the application's own mapping, at the protection
-                // it asked for.
-                unsafe { sys::mprotect(s.range.start, s.range.len(), s.prot) };
+                unsafe { sys::munmap(gap.start, gap.len()) };
             }
+        }
+        for s in segs.iter().filter(|s| s.visible && s.prot != prot) {
+            // SAFETY: the application's own mapping, at the protection it
+            // asked for.
+            unsafe { sys::mprotect(s.range.start, s.range.len(), s.prot) };
         }
         t.remove_entry(&e);
         gone.push(e);

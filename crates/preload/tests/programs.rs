@@ -503,7 +503,11 @@ fn sqlite_updates_through_mmap_and_pwrite_keep_pages_cached() {
             &[],
             false,
         );
-        assert_ok(&check, &format!("{what}: the database after"), &format!("ok\n{after}"));
+        assert_ok(
+            &check,
+            &format!("{what}: the database after"),
+            &format!("ok\n{after}"),
+        );
     }
 }
 
