@@ -5,23 +5,27 @@
 //!
 //! Each page is held busy while it changes, so no fill, eviction or
 //! write-back sees it half changed:
-//! - **Dirty** (not write-protected): the bytes are copied in; the page
-//!   stays dirty and its later write-back writes them again, with the
-//!   program's own changes around them.
 //! - **Clean** (write-protected on a writable region: a copy into it would
 //!   fault on the page this thread holds): the new page is built aside
 //!   (its current bytes with the new ones over them), the old one dropped
 //!   and the new one installed with `UFFDIO_COPY`, write-protected as
 //!   before; it stays clean (it holds what the store holds).
+//! - **Dirty**: write-protected first (so that a write meanwhile waits on
+//!   the busy page; its mapping may also be read-only by `mprotect`), then
+//!   as a clean page, installed writable; it stays dirty and its later
+//!   write-back writes the new bytes again, with the program's own changes
+//!   around them. Should the install fail, the built page is written to
+//!   the store before the page is left Empty.
 //! - **Empty**: nothing to do (the next fault reads the store).
 //!
-//! A page that cannot be installed again is left Empty (it was clean: the
-//! store has its bytes).
+//! A clean page that cannot be installed again is left Empty (the store
+//! has its bytes).
 
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::region::Region;
+use crate::runs::per_vma;
 use crate::shared::Shared;
 use crate::sys::mm;
 
@@ -70,55 +74,62 @@ impl Shared {
             let b = end.min(page_start + ps);
             let bytes = &src[a - at..b - at];
             let addr = region.page_addr(p);
-            match state {
-                PageState::Dirty => {
-                    // SAFETY: the page is resident (Dirty) and held busy by
-                    // this thread, so nothing evicts or fills it; a dirty
-                    // page is not write-protected, so the copy does not
-                    // fault; `a..b` lies within it. The program may write
-                    // other bytes of it meanwhile, as it may with the
-                    // kernel's page cache under a `write(2)`.
-                    unsafe {
-                        std::ptr::copy(
-                            bytes.as_ptr(),
-                            (addr + (a - page_start)) as *mut u8,
-                            bytes.len(),
-                        )
-                    };
-                    out.pages += 1;
+            if state == PageState::Dirty {
+                // Writes to it wait on the busy page from here on (a dirty
+                // page is not write-protected; its mapping may even be
+                // read-only by `mprotect`, so no copy goes through it).
+                let protect = per_vma(addr, ps, |at, n| {
+                    self.uffd().writeprotect(at, n, true, true)
+                });
+                if let Err(e) = protect {
                     self.release_run(region, p..p + 1, PageState::Dirty);
+                    return Err(Error::os("UFFDIO_WRITEPROTECT of a page to update", e));
                 }
-                _ => {
-                    if page_buf.len() != ps {
-                        page_buf.resize(ps, 0);
+            }
+            if page_buf.len() != ps {
+                page_buf.resize(ps, 0);
+            }
+            // SAFETY: the page is resident and held busy by this thread:
+            // nothing drops or changes it while it is read (it is
+            // write-protected, or read-only, or was made write-protected
+            // above).
+            let old = unsafe { std::slice::from_raw_parts(addr as *const u8, ps) };
+            page_buf.copy_from_slice(old);
+            page_buf[a - page_start..b - page_start].copy_from_slice(bytes);
+            // A promoted range loses its huge page.
+            self.demote_range(region, &(p..p + 1));
+            // A clean page stays clean and write-protected; a dirty one
+            // dirty and writable.
+            let wp = state == PageState::Clean && region.writable;
+            let installed = mm::advise(addr, ps, libc::MADV_DONTNEED)
+                .and_then(|()| self.install(addr, &page_buf, wp, true));
+            match installed {
+                Ok(()) => {
+                    out.pages += 1;
+                    self.release_run(region, p..p + 1, state);
+                }
+                Err(e) => {
+                    log::debug!(
+                        "umio: a page updated in place could not be installed again \
+                         (errno {e}): dropped, read from the store on its next access"
+                    );
+                    // Whatever is there goes: the page is Empty now.
+                    let _ = mm::advise(addr, ps, libc::MADV_DONTNEED);
+                    let mut lost = None;
+                    if state == PageState::Dirty {
+                        // Its changes reach the store first.
+                        let valid = region.valid_bytes(p, 1);
+                        lost = region
+                            .store
+                            .write_at(region.store_offset(p), &page_buf[..valid])
+                            .err();
+                        self.count_undirty(region, 1);
                     }
-                    // SAFETY: the page is resident (Clean) and held busy by
-                    // this thread: nothing drops or changes it (a clean
-                    // page is write-protected on a writable region, and
-                    // read-only on another) while it is read.
-                    let old = unsafe { std::slice::from_raw_parts(addr as *const u8, ps) };
-                    page_buf.copy_from_slice(old);
-                    page_buf[a - page_start..b - page_start].copy_from_slice(bytes);
-                    // A promoted range loses its huge page.
-                    self.demote_range(region, &(p..p + 1));
-                    let installed = mm::advise(addr, ps, libc::MADV_DONTNEED)
-                        .and_then(|()| self.install_page(addr, &page_buf, region.writable, true));
-                    match installed {
-                        Ok(()) => {
-                            out.pages += 1;
-                            self.release_run(region, p..p + 1, PageState::Clean);
-                        }
-                        Err(e) => {
-                            log::debug!(
-                                "umio: a page updated in place could not be installed again \
-                                 (errno {e}): dropped, read from the store on its next access"
-                            );
-                            // Whatever is there goes: the page is Empty now.
-                            let _ = mm::advise(addr, ps, libc::MADV_DONTNEED);
-                            out.dropped += 1;
-                            self.release_run(region, p..p + 1, PageState::Empty);
-                            self.budget_of(region).release(ps as u64);
-                        }
+                    out.dropped += 1;
+                    self.release_run(region, p..p + 1, PageState::Empty);
+                    self.budget_of(region).release(ps as u64);
+                    if let Some(e) = lost {
+                        return Err(Error::Store(e));
                     }
                 }
             }
@@ -141,11 +152,5 @@ impl Shared {
                 Observed::Busy(_) => std::thread::yield_now(),
             }
         }
-    }
-
-    /// Installs one page held busy and Empty at `addr` (write-protected
-    /// with `wp`).
-    fn install_page(&self, addr: usize, src: &[u8], wp: bool, dontwake: bool) -> Result<(), i32> {
-        self.install(addr, src, wp, dontwake)
     }
 }
