@@ -204,7 +204,14 @@ impl Shared {
                 e,
             ));
         }
-        self.republish_in_thread(region);
+        if !matches!(how, Take::Replace(_)) {
+            self.republish_in_thread(region);
+        }
+        // Replaced: the in-thread service's entry stays (a tombstone, until
+        // the region is unmapped), so that a thread whose fault on the old
+        // memory reaches the handler only now finds the region, its pages
+        // busy for good, and retries, meeting the new mapping; without it,
+        // the fault would be taken for someone else's and kill the thread.
         if release {
             // Unlike unregistering, `munmap` wakes no thread asleep on a
             // fault in the range (one that found a page busy here): woken,

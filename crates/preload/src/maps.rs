@@ -614,9 +614,26 @@ fn share_through_kernel(id: FileId) {
     drop(t);
     log::info!("a file mapped shared twice is the kernel's from now on in this process");
     // Dropping an entry handed over unmaps nothing: its region holds no
-    // memory any more.
-    drop(gone);
+    // memory any more. With the in-thread fault service the region is kept
+    // for the life of the process: its entry in the service's table stays,
+    // so that a fault on the old memory that reaches the handler late
+    // retries (and meets the kernel's mapping) rather than kill its thread
+    // (`umio_core`, `Take::Replace`). The cost: its page table and a
+    // descriptor of the file, and a fault at those addresses that the
+    // kernel's mapping raises (past the end of the file) retries instead.
+    let (keep, drop_now): (Vec<_>, Vec<_>) = gone
+        .into_iter()
+        .partition(|e| e.mapping.runtime().fault_service() == umio_core::FaultService::InThread);
+    HANDED_OVER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(keep);
+    drop(drop_now);
 }
+
+/// Entries handed over to the kernel under the in-thread fault service,
+/// kept (see [`share_through_kernel`]).
+static HANDED_OVER: Mutex<Vec<Arc<Entry>>> = Mutex::new(Vec::new());
 
 /// Unmaps the umio part of `range`: whole umio pages are unmapped at once;
 /// the edges of umio pages it only partly covers stay as invisible
