@@ -440,7 +440,7 @@ impl Shared {
         }
         let mut result = Ok(());
         for (region, pages) in &victims {
-            match self.take_pages(w, region, pages.clone(), false) {
+            match self.take_pages(w, region, pages.clone(), crate::unmap::Take::Unregister) {
                 // A concurrent unmap took some of these pages first
                 // (nothing of this part was taken): look again.
                 Err(Error::NotMapped) => result = Err(ClearError::Retry),

@@ -481,7 +481,7 @@ impl Shared {
     /// kernel refuses because it spans several VMAs (an `mprotect` of part
     /// of a page, or of part of a run, splits them) is copied in pieces,
     /// each within one VMA and taking its protection (see [`per_vma`]).
-    fn install(
+    pub(crate) fn install(
         &self,
         region: &Region,
         dst: usize,

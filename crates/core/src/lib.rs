@@ -14,6 +14,7 @@ mod evict;
 mod fault;
 mod fill;
 mod fork;
+mod handover;
 pub mod histogram;
 mod huge;
 mod in_thread;
@@ -41,6 +42,7 @@ mod sys;
 mod threads;
 mod trace;
 mod unmap;
+mod update;
 mod writeback;
 
 pub use config::{
@@ -64,3 +66,4 @@ pub use runtime::Runtime;
 pub use stats::{RegionStats, Stats, format_bytes};
 pub use threads::on_runtime_thread;
 pub use trace::{FaultTrace, now as trace_clock};
+pub use update::Updated;

@@ -716,6 +716,61 @@ impl Mapping {
         self.write_at_inner(offset, buf)
     }
 
+    /// The store's bytes at byte `offset` of the mapping were just written
+    /// with `buf` by other means (`pwrite(2)` of the mapped file): copies
+    /// them into the pages of the range that are resident, each held busy
+    /// meanwhile, so that the mapping shows them without a fault or a store
+    /// read. Clean pages stay clean (they hold what the store holds), dirty
+    /// ones dirty; pages not resident are left alone (their next access
+    /// reads the store). Use it in place of
+    /// [`invalidate_range_shared`](Mapping::invalidate_range_shared) when
+    /// the written bytes are at hand.
+    ///
+    /// # Safety
+    /// As [`invalidate_range_shared`](Mapping::invalidate_range_shared):
+    /// no slice of this mapping may be alive, in any thread, while the call
+    /// runs: the bytes it covers change.
+    pub unsafe fn update_resident_shared(
+        &self,
+        offset: usize,
+        buf: &[u8],
+    ) -> Result<crate::update::Updated> {
+        let end = offset
+            .checked_add(buf.len())
+            .ok_or(Error::InvalidArgument("range outside the mapping"))?;
+        let range = self.inner(offset..end);
+        self.pages_within(&range)?;
+        self.rt
+            .shared()
+            .update_resident(&self.region, range.start, buf)
+    }
+
+    /// Hands the mapping's memory over to `replace(addr, len,
+    /// store_offset)`, called for each part still mapped (the whole
+    /// region, less what [`unmap_range`](Mapping::unmap_range) took out,
+    /// in whole pages: the last one may reach past [`len`](Mapping::len)),
+    /// which must map something else at exactly `addr..addr + len` with
+    /// `MAP_FIXED` and return 0 or an errno (`store_offset`: the store's
+    /// offset of `addr`). Dirty pages are written back first and the store
+    /// synced; threads that access the mapping meanwhile wait and then meet
+    /// the new mapping. Afterwards the mapping holds nothing
+    /// ([`mapped_bytes`](Mapping::mapped_bytes) is 0) and dropping it
+    /// leaves the new mappings alone. The `LD_PRELOAD` shim gives a file
+    /// mapped twice to the kernel this way.
+    ///
+    /// # Safety
+    /// No slice of this mapping may be alive, and `replace` must map
+    /// exactly the range it is given (anything else there is lost).
+    pub unsafe fn hand_over(
+        &self,
+        replace: &mut dyn FnMut(usize, usize, u64) -> std::result::Result<(), i32>,
+    ) -> Result<()> {
+        if !self.live.load(Ordering::Acquire) {
+            return Err(Error::NotMapped);
+        }
+        self.rt.shared().hand_over(&self.region, replace)
+    }
+
     fn write_at_inner(&self, offset: usize, buf: &[u8]) -> Result<()> {
         let end = offset
             .checked_add(buf.len())

@@ -15,6 +15,20 @@ use crate::runs::runs;
 use crate::shared::Shared;
 use crate::sys::mm;
 
+/// What [`Shared::take_pages`] does with the memory of the pages it takes.
+pub(crate) enum Take<'a> {
+    /// `munmap` it.
+    Unmap,
+    /// Unregister it and leave it mapped, for a `MAP_FIXED` mapping to
+    /// replace at once.
+    Unregister,
+    /// Call this with its address and length: it maps something else
+    /// there (`MAP_FIXED`), atomically replacing the registered memory, so
+    /// that a thread that faults on it meanwhile (waiting on a busy page,
+    /// or faulting again for want of a region) meets the new mapping.
+    Replace(&'a mut dyn FnMut(usize, usize) -> std::result::Result<(), i32>),
+}
+
 impl Shared {
     /// Writes back, then removes the region. The region is gone whatever
     /// the write-back's outcome; its error is returned.
@@ -78,7 +92,7 @@ impl Shared {
             return Err(Error::NotMapped);
         }
         let w = self.lock_regions();
-        let taken = self.take_pages(&w, region, pages, true);
+        let taken = self.take_pages(&w, region, pages, Take::Unmap);
         drop(w);
         let lost = taken?;
         let synced = region.store.sync();
@@ -90,10 +104,10 @@ impl Shared {
 
     /// The body of [`unmap_range`](Shared::unmap_range): retires `pages`
     /// after writing back those still dirty, with the region table updated
-    /// to match. With `release` their memory is unmapped; without, it is
-    /// unregistered and stays mapped (and no longer served) for a
-    /// `MAP_FIXED` mapping to replace at once, so that the kernel never
-    /// sees a gap it could fill with another mapping. The caller holds the
+    /// to match. Their memory is unmapped, or unregistered and left mapped
+    /// (and no longer served) for a `MAP_FIXED` mapping to replace at once,
+    /// so that the kernel never sees a gap it could fill with another
+    /// mapping, or replaced by the caller's mapping ([`Take`]). The caller holds the
     /// table's writer lock (`w`), so that no fixed mapping of this runtime
     /// lands in the range before its memory is gone; it syncs the store.
     ///
@@ -106,8 +120,9 @@ impl Shared {
         w: &MutexGuard<'_, ()>,
         region: &Arc<Region>,
         pages: Range<usize>,
-        release: bool,
+        mut how: Take<'_>,
     ) -> Result<Option<StoreError>> {
+        let release = !matches!(how, Take::Unregister);
         let _serial = region.serialize_unmaps();
         if pages.is_empty() || region.intersects_hole(&pages) {
             return Err(Error::NotMapped);
@@ -151,10 +166,10 @@ impl Shared {
         // service's table follows the `munmap` (`republish_in_thread`).
         region.add_hole(pages.clone());
         self.republish(w, region);
-        let gone = if release {
-            mm::unmap(addr, len)
-        } else {
-            self.uffd_of(region).unregister(addr, len)
+        let gone = match &mut how {
+            Take::Unmap => mm::unmap(addr, len),
+            Take::Unregister => self.uffd_of(region).unregister(addr, len),
+            Take::Replace(replace) => replace(addr, len),
         };
         if let Err(e) = gone {
             // Nothing changed in the kernel: the pages are the region's
@@ -172,24 +187,31 @@ impl Shared {
             }
             log::warn!(
                 "umio: {} of pages {}..{} of a region failed (errno {e}); the range stays mapped",
-                if release {
-                    "munmap"
-                } else {
-                    "UFFDIO_UNREGISTER"
+                match how {
+                    Take::Unmap => "munmap",
+                    Take::Unregister => "UFFDIO_UNREGISTER",
+                    Take::Replace(_) => "the replacing mmap",
                 },
                 pages.start,
                 pages.end
             );
             return Err(Error::os(
-                if release {
-                    "munmap of part of a region"
-                } else {
-                    "UFFDIO_UNREGISTER of part of a region"
+                match how {
+                    Take::Unmap => "munmap of part of a region",
+                    Take::Unregister => "UFFDIO_UNREGISTER of part of a region",
+                    Take::Replace(_) => "mmap over part of a region",
                 },
                 e,
             ));
         }
-        self.republish_in_thread(region);
+        if !matches!(how, Take::Replace(_)) {
+            self.republish_in_thread(region);
+        }
+        // Replaced: the in-thread service's entry stays (a tombstone, until
+        // the region is unmapped), so that a thread whose fault on the old
+        // memory reaches the handler only now finds the region, its pages
+        // busy for good, and retries, meeting the new mapping; without it,
+        // the fault would be taken for someone else's and kill the thread.
         if release {
             // Unlike unregistering, `munmap` wakes no thread asleep on a
             // fault in the range (one that found a page busy here): woken,

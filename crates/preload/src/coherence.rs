@@ -92,18 +92,23 @@ fn write_back(id: FileId, from: u64, to: u64, shared_only: bool) -> Result<(), E
 /// file's new bytes, as with the kernel.
 fn invalidate(id: FileId, from: u64, to: u64) -> Result<(), Errno> {
     for (e, r) in mapped(id, from, to) {
-        // SAFETY: the application reaches the mapping through pointers
-        // only, and sees the file's new bytes as under a kernel mmap; the
-        // shim makes no slice of it.
-        match unsafe { e.mapping.invalidate_range_shared(r.clone()) } {
-            Err(err) if !gone(&err) => {
-                log::error!("umio-preload: a mapping could not take a write to its file: {err}");
-                return Err(err.into());
-            }
-            _ => {}
-        }
+        invalidate_entry(&e, r)?;
     }
     Ok(())
+}
+
+/// [`invalidate`] of one mapping's bytes `r`.
+fn invalidate_entry(e: &Entry, r: Range<usize>) -> Result<(), Errno> {
+    // SAFETY: the application reaches the mapping through pointers
+    // only, and sees the file's new bytes as under a kernel mmap; the
+    // shim makes no slice of it.
+    match unsafe { e.mapping.invalidate_range_shared(r) } {
+        Err(err) if !gone(&err) => {
+            log::error!("umio-preload: a mapping could not take a write to its file: {err}");
+            Err(err.into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Where a call writes or reads: at an offset, at the descriptor's
@@ -123,6 +128,61 @@ impl At {
     }
 }
 
+/// The file's bytes `[from, from + n)` were just written from `src` (the
+/// caller's buffers, `(address, length)`, in order): every mapping over
+/// them takes the new bytes into the pages it holds (no drop, no refault;
+/// `Mapping::update_resident_shared`); a mapping that cannot is
+/// invalidated there instead.
+fn update(id: FileId, from: u64, n: usize, src: &[(usize, usize)]) -> Result<(), Errno> {
+    let to = from + n as u64;
+    let maps = mapped(id, from, to);
+    if maps.is_empty() {
+        return Ok(());
+    }
+    // The written bytes, gathered once: the buffers may lie in umio memory
+    // (whose pages the update holds busy), and the shim makes no slice of
+    // memory it does not own.
+    let mut bytes: Vec<u8> = Vec::with_capacity(n);
+    for &(addr, len) in src {
+        let take = len.min(n - bytes.len());
+        if take == 0 {
+            break;
+        }
+        let at = bytes.len();
+        // SAFETY: the kernel just read these `take` bytes of the caller's
+        // buffer for the write; `bytes` has room for `n >= at + take`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, bytes.as_mut_ptr().add(at), take);
+            bytes.set_len(at + take);
+        }
+    }
+    if bytes.len() != n {
+        return invalidate(id, from, to);
+    }
+    for (e, r) in maps {
+        if !e.shared {
+            // A private mapping's pages may hold its own changes (written
+            // back to its scratch file, clean again): they keep them, and
+            // its other pages read the file again.
+            invalidate_entry(&e, r)?;
+            continue;
+        }
+        // The mapping's bytes `r` are the file's `e.offset + r`.
+        let file_at = e.offset + r.start as u64;
+        let piece = &bytes[(file_at - from) as usize..(file_at - from) as usize + r.len()];
+        // SAFETY: the shim makes no slice of its mappings (see `Entry`).
+        match unsafe { e.mapping.update_resident_shared(r.start, piece) } {
+            Ok(_) => {}
+            Err(err) if gone(&err) => {}
+            Err(err) => {
+                log::debug!("umio-preload: updating a mapping in place: {err}; dropping its pages");
+                invalidate_entry(&e, r)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs `call`, which writes up to `len` bytes to `fd` at `at` and returns
 /// the bytes written (or -1 with errno set), keeping umio's mappings of
 /// the file coherent with it.
@@ -130,6 +190,20 @@ pub(crate) fn write(
     fd: c_int,
     at: At,
     len: usize,
+    call: impl FnOnce() -> isize,
+) -> Result<isize, Errno> {
+    write_from(fd, at, len, None, call)
+}
+
+/// [`write`] of the bytes in `src` (the caller's buffers, in order):
+/// mappings over the bytes written take them in place rather than drop
+/// their pages. `None` (the bytes are not at hand: `sendfile`, say):
+/// the pages are dropped.
+pub(crate) fn write_from(
+    fd: c_int,
+    at: At,
+    len: usize,
+    src: Option<&[(usize, usize)]>,
     call: impl FnOnce() -> isize,
 ) -> Result<isize, Errno> {
     if !maps::any() {
@@ -158,7 +232,10 @@ pub(crate) fn write(
         At::Position => position(fd).unwrap_or(start + n as u64),
         At::End => start + n as u64,
     };
-    invalidate(id, end - n as u64, end)?;
+    match src {
+        Some(src) => update(id, end - n as u64, n as usize, src)?,
+        None => invalidate(id, end - n as u64, end)?,
+    }
     Ok(n)
 }
 

@@ -78,6 +78,9 @@ pub unsafe extern "C" fn mmap(
                 if p == libc::MAP_FAILED {
                     return Err(Errno(sys::errno()));
                 }
+                if flags & 0x0f != libc::MAP_PRIVATE {
+                    maps::kernel_mapped_shared(fd);
+                }
                 Ok(p)
             }
         }
@@ -284,7 +287,28 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             unsafe { libc::syscall(libc::SYS_write, fd, buf.byte_add(done), n - done) as ssize_t }
         })
     };
-    boundary(-1, raw, || coherence::write(fd, At::Position, n, kernel))
+    boundary(-1, raw, || {
+        coherence::write_from(fd, At::Position, n, Some(&[(buf as usize, n)]), kernel)
+    })
+}
+
+/// `_exit(2)`: as `exit` for umio, without the program's `atexit`
+/// handlers: shared mappings still mapped are written back (their writes
+/// outlive the process, as in the kernel's page cache) and `UMIO_STATS`
+/// printed; then the process ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    crate::before_exit();
+    loop {
+        // SAFETY: ends the process; no pointer is passed.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_Exit(3)`: [`_exit`].
+#[unsafe(no_mangle)]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
 }
 
 /// `pwrite(2)`.
@@ -313,7 +337,13 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
         })
     };
     boundary(-1, raw, || {
-        coherence::write(fd, At::Offset(off as u64), n, kernel)
+        coherence::write_from(
+            fd,
+            At::Offset(off as u64),
+            n,
+            Some(&[(buf as usize, n)]),
+            kernel,
+        )
     })
 }
 
@@ -342,7 +372,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         // SAFETY: the caller's iovec array.
         let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
         let kernel = || buffers::around(&bufs, Access::Reads, raw);
-        coherence::write(fd, At::Position, n, kernel)
+        coherence::write_from(fd, At::Position, n, Some(&bufs), kernel)
     })
 }
 
@@ -376,7 +406,7 @@ pub unsafe extern "C" fn pwritev2(
         // SAFETY: the caller's iovec array.
         let (n, bufs) = unsafe { (iov_len(iov, cnt), buffers::of_iovecs(iov, cnt)) };
         let kernel = || buffers::around(&bufs, Access::Reads, raw);
-        coherence::write(fd, at, n, kernel)
+        coherence::write_from(fd, at, n, Some(&bufs), kernel)
     })
 }
 

@@ -17,6 +17,7 @@ use umio_backends::FileStore;
 use umio_core::{FaultService, MapOptions, Mapping, UncheckedAdvice};
 
 use crate::config::Config;
+use crate::heap_store::HeapStore;
 use crate::runtime::runtime;
 use crate::sys;
 
@@ -41,12 +42,17 @@ static BASE: AtomicUsize = AtomicUsize::new(0);
 static END: AtomicUsize = AtomicUsize::new(0);
 
 static HEAP: OnceLock<Heap> = OnceLock::new();
+/// The heap's error when the runtime could not start (already reported).
+const RUNTIME_FAILED: &str = "umio cannot start";
 /// Held while the region is made (and across `fork`).
 pub(crate) static INIT: Mutex<()> = Mutex::new(());
 
 pub(crate) struct Heap {
     mapping: Mapping,
     file: File,
+    /// The file, with what of it was ever written: fresh parts read as
+    /// zeros without a file read.
+    store: Arc<HeapStore>,
     base: usize,
     size: usize,
     page: usize,
@@ -124,9 +130,11 @@ pub(crate) fn get() -> Option<&'static Heap> {
             Some(h)
         }
         Err(e) => {
-            sys::eprint(&format!(
-                "umio-preload: heap mode cannot start ({e}); allocations stay with glibc\n"
-            ));
+            if e.to_string() != RUNTIME_FAILED {
+                sys::eprint(&format!(
+                    "umio-preload: heap mode cannot start ({e}); allocations stay with glibc\n"
+                ));
+            }
             STATE.store(FAILED, Ordering::Release);
             None
         }
@@ -168,15 +176,18 @@ fn open_file(path: &std::path::Path, size: usize) -> std::io::Result<File> {
 impl Heap {
     fn new(cfg: &Config) -> Result<Heap, Box<dyn std::error::Error>> {
         let path = cfg.heap_file.as_deref().ok_or("no UMIO_HEAP_FILE")?;
-        let file = open_file(path, cfg.heap_size)?;
-        let rt = runtime().map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
-        let store = FileStore::new(&file)?;
+        let file = open_file(path, cfg.heap_size)
+            .map_err(|e| format!("UMIO_HEAP_FILE {}: {e}", path.display()))?;
+        // Its failure is reported once, by `runtime`, saying that
+        // allocations stay with glibc.
+        let rt = runtime().map_err(|_| RUNTIME_FAILED)?;
+        let store = Arc::new(HeapStore::new(FileStore::new(&file)?, cfg.heap_size as u64));
         // SAFETY: the heap file is the shim's own; the application reaches
         // the heap through pointers only, and no Rust slice of it is made.
         let mapping = unsafe {
             rt.map(
                 MapOptions::new()
-                    .store(Arc::new(store))
+                    .store(store.clone())
                     .len(cfg.heap_size)
                     .writable(true)
                     // The C library reads into heap buffers with its own
@@ -192,8 +203,14 @@ impl Heap {
             page: mapping.page_size(),
             mapping,
             file,
+            store,
             extents: Mutex::new(Extents::default()),
         })
+    }
+
+    /// Bytes of fresh heap memory filled with zeros without a file read.
+    pub(crate) fn zeroed_bytes(&self) -> u64 {
+        self.store.zeroed_bytes()
     }
 
     /// The region the heap's extents are carved from.
@@ -283,6 +300,9 @@ impl Heap {
                 len as i64,
             )
         } == 0;
+        if punched {
+            self.store.forget(off as u64, len as u64);
+        }
         let zero = dropped
             && punched
             // SAFETY: as above.

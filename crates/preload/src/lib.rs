@@ -14,9 +14,9 @@
 //! - **Heap mode** (`UMIO_HEAP_FILE`): `malloc` and its kin serve blocks of
 //!   at least `UMIO_HEAP_MIN_ALLOC` bytes from a umio region over that file
 //!   (`heap.rs`).
-//! - `UMIO_STATS=1` prints the process's counters at exit, with the hit
-//!   ratio, the bytes read per byte faulted and the fault-latency
-//!   histogram.
+//! - `UMIO_STATS=1` prints the process's counters at exit (`exit` or
+//!   `_exit`), with the hit ratio, the bytes read per byte faulted, the
+//!   fault service and the fault-latency histogram.
 //! - `UMIO_LOG` (`off`, `error`, `warn`, `info`, `debug`; default `warn`):
 //!   umio's log records at that level and above go to stderr.
 //!
@@ -41,6 +41,7 @@ mod buffers;
 mod coherence;
 mod config;
 mod heap;
+mod heap_store;
 mod maps;
 mod runtime;
 mod stores;
@@ -152,17 +153,30 @@ extern "C" fn after_fork_child() {
 
 /// At `exit`: shared mappings still mapped are written back (the kernel
 /// would have their pages in its page cache; umio's cache dies with the
-/// process), then the counters are printed if `UMIO_STATS` asks.
+/// process), then the counters are printed if `UMIO_STATS` asks
+/// ([`before_exit`]; `_exit` does the same, `exports.rs`).
 extern "C" fn at_exit() {
+    before_exit();
+}
+
+/// What a process leaving by `exit` or `_exit` does, once: shared
+/// mappings still mapped are written back, then the counters are printed
+/// if `UMIO_STATS` asks. Only in the process whose runtime it is (not in a
+/// `vfork` child, which shares its parent's memory).
+pub(crate) fn before_exit() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let _ = std::panic::catch_unwind(|| {
         let Some(_guard) = sys::enter() else {
             return;
         };
+        // Processes that never used umio (a shell's children, say) stay quiet.
+        if runtime::runtime_if_started().is_none() || DONE.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if maps::any() {
             maps::flush_all(&maps::lock(), false);
         }
-        // Processes that never used umio (a shell's children, say) stay quiet.
-        if runtime::config().stats && runtime::runtime_if_started().is_some() {
+        if runtime::config().stats {
             print_stats();
         }
     });
@@ -223,7 +237,7 @@ fn print_stats() {
         let s = h.lock().stats;
         out += &format!(
             "; heap (served by the {}): {} allocations, {} frees, {} MiB live, peak {} MiB, \
-             {} fell back to glibc",
+             {} fell back to glibc, {} MiB fresh (zero-filled, not read)",
             match h.mapping().fault_service() {
                 umio_core::FaultService::InThread => "faulting thread",
                 _ => "fillers",
@@ -232,7 +246,8 @@ fn print_stats() {
             s.frees,
             s.live_bytes >> 20,
             s.peak_bytes >> 20,
-            s.fallbacks
+            s.fallbacks,
+            h.zeroed_bytes() >> 20
         );
     }
     if let Some(rt) = runtime::runtime_if_started() {
@@ -254,6 +269,7 @@ fn print_stats() {
             s.no_progress_faults
         );
         out += &efficiency(&s, rt.page_size());
+        out += &format!("; fault service {}", runtime::service_name(&rt));
     }
     out.push('\n');
     if let Some(rt) = runtime::runtime_if_started() {

@@ -347,10 +347,13 @@ pub(crate) fn map(
     let Some((file_id, in_thread)) = selected(len, prot, flags, fd, off) else {
         return Ok(None);
     };
+    let shared = flags & 0x0f != libc::MAP_PRIVATE;
+    if shared && kernel_serves(file_id) {
+        return Ok(None);
+    }
     let Ok(rt) = runtime() else {
         return Ok(None);
     };
-    let shared = flags & 0x0f != libc::MAP_PRIVATE;
     // SAFETY: F_GETFL reads the descriptor's flags.
     let mode = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_ACCMODE;
     if mode == libc::O_WRONLY || (shared && prot & libc::PROT_WRITE != 0 && mode != libc::O_RDWR) {
@@ -458,12 +461,196 @@ pub(crate) fn map(
     });
     t.insert(Segment {
         range: base + len_r..base + span,
-        entry,
+        entry: entry.clone(),
         visible: false,
         prot,
     });
+    // Checked after the insertion, so that of two threads mapping the
+    // file at once, the second sees the first.
+    if shared && t.shared_overlapping(&entry) {
+        drop(t);
+        share_through_kernel(file_id);
+    }
     Ok(Some(base))
 }
+
+/// Files whose shared mappings the kernel serves in this process: a file
+/// mapped `MAP_SHARED` twice over the same bytes (or once by umio and once
+/// by the kernel) goes to the kernel, whose page cache makes the two
+/// mappings one. Never emptied (the shim does not see the kernel's
+/// mappings go).
+static KERNEL_FILES: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
+
+fn kernel_serves(id: FileId) -> bool {
+    KERNEL_FILES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&id)
+}
+
+impl Table {
+    /// Whether another shared entry of `e`'s file overlaps `e`'s umio
+    /// pages of the file.
+    fn shared_overlapping(&self, e: &Arc<Entry>) -> bool {
+        let span = |x: &Entry| {
+            let ps = x.mapping.page_size() as u64;
+            let start = x.offset / ps * ps;
+            start..(x.offset + x.len as u64).next_multiple_of(ps)
+        };
+        let mine = span(e);
+        self.segs.iter().any(|s| {
+            let o = &s.entry;
+            if Arc::ptr_eq(o, e) || !o.shared || o.file_id != e.file_id {
+                return false;
+            }
+            let theirs = span(o);
+            theirs.start < mine.end && mine.start < theirs.end
+        })
+    }
+}
+
+/// A `MAP_SHARED` mapping of a file succeeded in the kernel: if umio has
+/// shared mappings of the same file, they go to the kernel too (see
+/// [`share_through_kernel`]), and so does every later one.
+pub(crate) fn kernel_mapped_shared(fd: c_int) {
+    if config().paths.is_empty() {
+        // No file mapping is ever umio's.
+        return;
+    }
+    let Some((id, _)) = crate::coherence::file_of(fd) else {
+        return;
+    };
+    if kernel_serves(id) {
+        return;
+    }
+    let umio_has_it = lock()
+        .segs
+        .iter()
+        .any(|s| s.entry.shared && s.entry.file_id == id);
+    if umio_has_it {
+        share_through_kernel(id);
+    } else {
+        KERNEL_FILES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id);
+    }
+}
+
+/// Hands every shared umio mapping of file `id` over to the kernel, at the
+/// same addresses with the same protections (`Mapping::hand_over`: dirty
+/// pages written back first; a thread touching the mapping meanwhile waits
+/// and then meets the kernel's mapping), and marks the file the kernel's
+/// for the rest of the process. One page cache for the file then holds
+/// every mapping's writes: each mapping sees the others' at once, and
+/// nothing is lost at write-back, as under the kernel alone.
+fn share_through_kernel(id: FileId) {
+    {
+        let mut k = KERNEL_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        if !k.contains(&id) {
+            k.push(id);
+        }
+    }
+    let mut t = lock();
+    let mut entries: Vec<Arc<Entry>> = Vec::new();
+    for s in &t.segs {
+        if s.entry.shared
+            && s.entry.file_id == id
+            && !entries.iter().any(|e| Arc::ptr_eq(e, &s.entry))
+        {
+            entries.push(s.entry.clone());
+        }
+    }
+    let mut gone = Vec::new();
+    for e in entries {
+        let segs: Vec<Segment> = t
+            .segs
+            .iter()
+            .filter(|s| Arc::ptr_eq(&s.entry, &e))
+            .cloned()
+            .collect();
+        let prot = libc::PROT_READ | if e.writable { libc::PROT_WRITE } else { 0 };
+        let fd = e.file.as_raw_fd();
+        let mut parts: Vec<Range<usize>> = Vec::new();
+        let mut replace = |addr: usize, len: usize, off: u64| {
+            parts.push(addr..addr + len);
+            // SAFETY: `addr..addr + len` is umio memory of this mapping,
+            // handed over: the kernel's mapping of the same file replaces
+            // it at once (MAP_FIXED).
+            let p = unsafe {
+                sys::mmap(
+                    addr as *mut libc::c_void,
+                    len,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    off as i64,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                Err(sys::errno())
+            } else {
+                Ok(())
+            }
+        };
+        // SAFETY: the shim makes no slice of its mappings; `replace` maps
+        // exactly the range it is given.
+        if let Err(err) = unsafe { e.mapping.hand_over(&mut replace) } {
+            sys::eprint(&format!(
+                "umio-preload: error: giving a file mapped twice to the kernel: {err}
+"
+            ));
+            if e.mapping.mapped_bytes() != 0 {
+                // Still umio's, in part at least: left as it is.
+                continue;
+            }
+        }
+        let visible: Vec<Range<usize>> = segs
+            .iter()
+            .filter(|s| s.visible)
+            .map(|s| s.range.clone())
+            .collect();
+        for part in &parts {
+            // Memory the application unmapped or never had (the padding
+            // past its length in the last umio page, the part of the first
+            // before its offset): the kernel's mapping goes there too.
+            for gap in uncovered(part, visible.clone()) {
+                // SAFETY: part of the range just handed over, unknown to
+                // the application.
+                unsafe { sys::munmap(gap.start, gap.len()) };
+            }
+        }
+        for s in segs.iter().filter(|s| s.visible && s.prot != prot) {
+            // SAFETY: the application's own mapping, at the protection it
+            // asked for.
+            unsafe { sys::mprotect(s.range.start, s.range.len(), s.prot) };
+        }
+        t.remove_entry(&e);
+        gone.push(e);
+    }
+    drop(t);
+    log::info!("a file mapped shared twice is the kernel's from now on in this process");
+    // Dropping an entry handed over unmaps nothing: its region holds no
+    // memory any more. With the in-thread fault service the region is kept
+    // for the life of the process: its entry in the service's table stays,
+    // so that a fault on the old memory that reaches the handler late
+    // retries (and meets the kernel's mapping) rather than kill its thread
+    // (`umio_core`, `Take::Replace`). The cost: its page table and a
+    // descriptor of the file, and a fault at those addresses that the
+    // kernel's mapping raises (past the end of the file) retries instead.
+    let (keep, drop_now): (Vec<_>, Vec<_>) = gone
+        .into_iter()
+        .partition(|e| e.mapping.runtime().fault_service() == umio_core::FaultService::InThread);
+    HANDED_OVER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(keep);
+    drop(drop_now);
+}
+
+/// Entries handed over to the kernel under the in-thread fault service,
+/// kept (see [`share_through_kernel`]).
+static HANDED_OVER: Mutex<Vec<Arc<Entry>>> = Mutex::new(Vec::new());
 
 /// Unmaps the umio part of `range`: whole umio pages are unmapped at once;
 /// the edges of umio pages it only partly covers stay as invisible

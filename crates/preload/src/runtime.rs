@@ -31,7 +31,8 @@ impl ProcessConfig for ShimStart {
         start_logging();
         crate::buffers::runtime_started(rt);
         log::info!(
-            "runtime started: page size {} bytes, cache {} bytes",
+            "runtime started: {} fault service, page size {} bytes, cache {} bytes",
+            service_name(rt),
             rt.page_size(),
             rt.cache_bytes()
         );
@@ -98,4 +99,12 @@ fn start_logging() {
 /// The runtime if it was started (in this process), without starting it.
 pub(crate) fn runtime_if_started() -> Option<Runtime> {
     ProcessRuntime::get().cloned()
+}
+
+/// The runtime's fault service, as `UMIO_FAULT_SERVICE` names it.
+pub(crate) fn service_name(rt: &Runtime) -> &'static str {
+    match rt.fault_service() {
+        umio_core::FaultService::InThread => "in-thread",
+        _ => "fillers",
+    }
 }

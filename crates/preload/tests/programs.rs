@@ -398,6 +398,119 @@ fn writes_and_reads_through_descriptors_are_coherent_with_mappings() {
     }
 }
 
+/// Two `MAP_SHARED` mappings of one file: each sees the other's writes at
+/// once (bytes 100-103 through one, 0-3 of the same page through the
+/// other), the file keeps both, and a thread writing through the first
+/// while the second is made loses nothing; in both fault services, with 4
+/// and 64 KiB pages, through a cache smaller than the file.
+#[test]
+fn two_shared_mappings_of_one_file_are_one() {
+    let dir = scratch();
+    let exe = compile("two_maps", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("two.bin");
+    let file = file.to_str().unwrap();
+    let kernel = run_within(120, &exe, &[file, "8"], &[], false);
+    assert_ok(&kernel, "two_maps under the kernel", "two_maps ok");
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        for page in ["4K", "64K"] {
+            let out = run_within(
+                300,
+                &exe,
+                &[file, "8"],
+                &[
+                    ("UMIO_PRELOAD_PATHS", &pattern),
+                    ("UMIO_CACHE_BYTES", "4M"),
+                    ("UMIO_PAGE_SIZE", page),
+                    ("UMIO_FAULT_SERVICE", service),
+                    ("UMIO_STATS", "1"),
+                    ("EXPECT_UMIO", "1"),
+                ],
+                true,
+            );
+            assert_ok(
+                &out,
+                &format!("two_maps under the shim, {service}, {page} pages"),
+                "two_maps ok",
+            );
+            assert!(stat(&out, "file mappings") >= 2);
+        }
+    }
+}
+
+/// The `sqlite3` shell (Debian's `sqlite3`) with `mmap_size`: it reads
+/// through its mapping and writes with `pwrite`. An UPDATE of every row
+/// through the shim gives the right sums, the database checks, and, the
+/// cache holding the file, no page is read twice (the pages `pwrite`
+/// rewrites are updated in place); in both fault services.
+#[test]
+fn sqlite_updates_through_mmap_and_pwrite_keep_pages_cached() {
+    let sqlite = Path::new("/usr/bin/sqlite3");
+    if !sqlite.exists() {
+        eprintln!("SKIPPED: sqlite3 is not installed (apt-get install sqlite3)");
+        return;
+    }
+    let dir = scratch();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let base = data.join("base.db");
+    let base_s = base.to_str().unwrap();
+    let make = run(
+        sqlite,
+        &[
+            base_s,
+            "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b TEXT); \
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<100000) \
+             INSERT INTO t SELECT x, x, hex(randomblob(64)) FROM c;",
+        ],
+        &[],
+        false,
+    );
+    assert!(make.status.success(), "{make:?}");
+    let mib = std::fs::metadata(&base).unwrap().len() >> 20;
+    let db = data.join("t.db");
+    let db_s = db.to_str().unwrap();
+    let pattern = format!("{}/t.db", data.display());
+    let sql = "PRAGMA mmap_size=1000000000; SELECT sum(a) FROM t; \
+               UPDATE t SET a = a + 1; SELECT sum(a) FROM t;";
+    let before: u64 = (1..=100_000u64).sum();
+    let after = before + 100_000;
+    for service in ["fillers", "in-thread"] {
+        std::fs::copy(&base, &db).unwrap();
+        let out = run(
+            sqlite,
+            &[db_s, sql],
+            &[
+                ("UMIO_PRELOAD_PATHS", &pattern),
+                ("UMIO_CACHE_BYTES", "256M"),
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_STATS", "1"),
+            ],
+            true,
+        );
+        let what = format!("sqlite3 under the shim, {service}");
+        assert_ok(&out, &what, &format!("{before}\n{after}"));
+        assert_eq!(stat(&out, "file mappings"), 1, "{what}");
+        assert!(
+            stat(&out, "MiB read") <= mib + 1,
+            "{what}: pages read again ({mib} MiB database)"
+        );
+        let check = run(
+            sqlite,
+            &[db_s, "PRAGMA integrity_check; SELECT sum(a) FROM t;"],
+            &[],
+            false,
+        );
+        assert_ok(
+            &check,
+            &format!("{what}: the database after"),
+            &format!("ok\n{after}"),
+        );
+    }
+}
+
 /// LMDB (Debian's `liblmdb-dev`): 500,000 inserts into a database of about
 /// 100 MiB through a 16 MiB cache, then every record read back, in LMDB's
 /// default mode (pages written with `pwrite`, read through a read-only
@@ -543,6 +656,152 @@ fn heap_mode_runs_arrays_larger_than_the_cache() {
     assert_eq!(stat(&out, "fell back"), 0);
     assert!(stat(&out, "MiB live") == 0);
     assert!(stat(&out, "evicted pages") > 0, "96 MiB of arrays in 8 MiB");
+    assert!(
+        stat(&out, "MiB fresh") >= 48,
+        "fresh arrays are zero-filled without a file read"
+    );
+}
+
+/// A missing `UMIO_HEAP_FILE` directory is named in the error.
+#[test]
+fn a_missing_heap_directory_is_named() {
+    let dir = scratch();
+    let exe = compile("heap", dir.path());
+    let missing = dir.path().join("no/such/dir");
+    let out = run(
+        &exe,
+        &["2", "2"],
+        &[("UMIO_HEAP_FILE", missing.to_str().unwrap())],
+        true,
+    );
+    assert_ok(&out, "heap with a missing heap directory", "heap ok");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("heap mode cannot start") && stderr.contains(missing.to_str().unwrap()),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("heap mode cannot start").count(),
+        1,
+        "{stderr}"
+    );
+    // A runtime that cannot start is reported once, not again by the heap.
+    let out = run(
+        &exe,
+        &["2", "2"],
+        &[
+            ("UMIO_HEAP_FILE", dir.path().to_str().unwrap()),
+            ("UMIO_CACHE_BYTES", "lots"),
+        ],
+        true,
+    );
+    assert_ok(&out, "heap with a runtime that cannot start", "heap ok");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("umio-preload").count(), 1, "{stderr}");
+    assert!(stderr.contains("UMIO_CACHE_BYTES"), "{stderr}");
+}
+
+/// A process that ends with `_exit`, its shared mapping still mapped,
+/// keeps what it wrote (as in the kernel's page cache) and prints
+/// `UMIO_STATS`; in both fault services.
+#[test]
+fn exit_without_atexit_keeps_shared_writes_and_prints_stats() {
+    let dir = scratch();
+    let exe = compile("exit_now", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("exit.bin");
+    let check = |what: &str| {
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(bytes.len(), 8 << 20);
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            let off = (i * 8) as u64;
+            let seed: u64 = if off < 4 << 20 { 5 } else { 1 };
+            let want = ((off / 8) + 1).wrapping_mul(0x9E3779B97F4A7C15) ^ (seed << 56);
+            assert_eq!(
+                u64::from_ne_bytes(w.try_into().unwrap()),
+                want,
+                "{what}: word at {off}"
+            );
+        }
+    };
+    let path = file.to_str().unwrap();
+    let kernel = run(&exe, &[path, "8"], &[], false);
+    assert_ok(&kernel, "exit_now under the kernel", "exit_now ok");
+    check("kernel");
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        let out = run(
+            &exe,
+            &[path, "8"],
+            &[
+                ("UMIO_PRELOAD_PATHS", &pattern),
+                ("UMIO_CACHE_BYTES", "16M"),
+                ("UMIO_FAULT_SERVICE", service),
+                ("UMIO_STATS", "1"),
+                ("EXPECT_UMIO", "1"),
+            ],
+            true,
+        );
+        assert_ok(
+            &out,
+            &format!("exit_now under the shim, {service}"),
+            "exit_now ok",
+        );
+        assert_eq!(stat(&out, "file mappings"), 1);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("fault service {service}")),
+            "{stderr}"
+        );
+        check(service);
+    }
+}
+
+/// `pwrite`, `write` and `pwritev` over resident pages of a shared mapping
+/// show in it at once and leave the pages resident: no page is read twice
+/// (the cache holds the file), in both fault services, 4 and 64 KiB pages.
+#[test]
+fn writes_over_resident_mapped_pages_update_them_in_place() {
+    let dir = scratch();
+    let exe = compile("pwrite_inplace", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("inplace.bin");
+    let file = file.to_str().unwrap();
+    let kernel = run(&exe, &[file, "8"], &[], false);
+    assert_ok(
+        &kernel,
+        "pwrite_inplace under the kernel",
+        "pwrite_inplace ok",
+    );
+    let pattern = format!("{}/*", data.display());
+    for service in ["fillers", "in-thread"] {
+        for page in ["4K", "64K"] {
+            let out = run(
+                &exe,
+                &[file, "8"],
+                &[
+                    ("UMIO_PRELOAD_PATHS", &pattern),
+                    ("UMIO_CACHE_BYTES", "64M"),
+                    ("UMIO_PAGE_SIZE", page),
+                    ("UMIO_FAULT_SERVICE", service),
+                    ("UMIO_STATS", "1"),
+                    ("EXPECT_UMIO", "1"),
+                ],
+                true,
+            );
+            let what = format!("pwrite_inplace under the shim, {service}, {page} pages");
+            assert_ok(&out, &what, "pwrite_inplace ok");
+            // 8 MiB read once and the 1 MiB second file (dropped pages
+            // would be read again: 16 MiB and more).
+            assert!(
+                stat(&out, "MiB read") <= 10,
+                "{what}: a page was read twice"
+            );
+            assert_eq!(stat(&out, "evicted pages"), 0, "{what}");
+        }
+    }
 }
 
 /// Mapped pages and heap allocations never touched, passed as the buffers
