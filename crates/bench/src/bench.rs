@@ -1,5 +1,5 @@
 //! Benchmark helpers shared by `benches/workloads.rs`,
-//! `benches/fault_latency.rs` and `examples/report.rs`: the data files,
+//! `benches/fault_latency.rs` and `bench report` (`examples/bench`): the data files,
 //! the memory budget for Linux `mmap` (a cgroup v1 limit), the two kinds of
 //! mapping side by side, and the workloads themselves.
 //!
