@@ -39,7 +39,7 @@ const RANDOM_OPS: usize = 20_000;
 /// Rounds of the random reads (sides alternate within each).
 const RANDOM_ROUNDS: usize = 3;
 /// Each random-read run (and its warm-up) stops here if not done.
-const RANDOM_LIMIT: Duration = Duration::from_secs(5);
+const RANDOM_LIMIT: Duration = Duration::from_secs(3);
 
 struct Report {
     md: String,
@@ -275,8 +275,10 @@ fn devices_section(r: &mut Report, devices: &[Device]) -> Result<()> {
         r.md,
         "\n## Device limits\n\n\
          Each device's own rates through the data file with `O_DIRECT` (no page cache, no \
-         umio; about a second each, `umio_bench::device`): what any mapping's misses can reach \
-         at most."
+         umio; about a second each, `umio_bench::device`), measured once at the start: the \
+         scale for the misses of umio and `mmap` below. They swing with the machine's load \
+         (the disk is a virtual one whose host may cache it), so a rate below can exceed the \
+         one measured here."
     );
     let mut t = Table::new(
         "devices",

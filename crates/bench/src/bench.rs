@@ -76,6 +76,24 @@ pub fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     v
 }
 
+/// Writes `mib` MiB of pseudo-random bytes (xorshift64, the same bytes
+/// every time) to `w`, and flushes it.
+pub fn write_random(w: &mut impl Write, mib: usize) -> Result<()> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut buf = vec![0u8; MIB];
+    for _ in 0..mib {
+        for c in buf.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        w.write_all(&buf)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 /// Why the bounded Linux `mmap` runs cannot happen here, if they cannot:
 /// they need root (a loop mount, cgroups) and a cgroup v1 memory controller.
 pub fn cgroup_unavailable() -> Option<String> {
@@ -120,18 +138,7 @@ impl Data {
             .suffix(".bin")
             .tempfile_in("/dev/shm")
             .map_err(|e| format!("creating the data file on /dev/shm: {e}"))?;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut buf = vec![0u8; MIB];
-        for _ in 0..mib {
-            for c in buf.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                c.copy_from_slice(&x.to_le_bytes());
-            }
-            shm.write_all(&buf)?;
-        }
-        shm.flush()?;
+        write_random(&mut shm, mib)?;
         Ok(shm)
     }
 
