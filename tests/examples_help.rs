@@ -122,13 +122,20 @@ fn every_example_has_help_and_refuses_unknown_flags() {
         );
         let bad = run(&exe, &[sub, "--no-such-flag"]);
         let err = String::from_utf8_lossy(&bad.stderr);
-        assert_eq!(bad.status.code(), Some(2), "bench {sub} --no-such-flag:\n{err}");
+        assert_eq!(
+            bad.status.code(),
+            Some(2),
+            "bench {sub} --no-such-flag:\n{err}"
+        );
         assert!(err.contains("--no-such-flag"), "bench {sub}:\n{err}");
     }
     let listed = run(&dir.join("bench"), &["--help"]);
     let text = String::from_utf8_lossy(&listed.stdout);
     for sub in BENCH {
-        assert!(text.contains(sub), "bench --help does not list {sub}:\n{text}");
+        assert!(
+            text.contains(sub),
+            "bench --help does not list {sub}:\n{text}"
+        );
     }
     // Flags with values show their defaults.
     let demo = run(&dir.join("demo"), &["--help"]);
@@ -238,7 +245,8 @@ fn bench_writes_its_table_as_csv() {
         }
         // The printed table holds the same row.
         assert!(
-            text.lines().any(|t| t.split_whitespace().nth(1) == Some(cells[1])),
+            text.lines()
+                .any(|t| t.split_whitespace().nth(1) == Some(cells[1])),
             "{l} not printed:\n{text}"
         );
     }

@@ -155,9 +155,5 @@ pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
         ]);
         eprintln!("round {} of {rounds} done", r + 1);
     }
-    emit(
-        &t,
-        "random 4 KiB reads, one thread (reads/s):",
-        out,
-    )
+    emit(&t, "random 4 KiB reads, one thread (reads/s):", out)
 }

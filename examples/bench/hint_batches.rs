@@ -154,7 +154,10 @@ pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
     }
     emit(&t, "each round (pages/s):", out)?;
     let med: Vec<f64> = rates.iter().map(|v| median(v)).collect();
-    let mut sum = Table::new("hint-batches-summary", ["side", "pages/s", "/ mmap", "/ device"]);
+    let mut sum = Table::new(
+        "hint-batches-summary",
+        ["side", "pages/s", "/ mmap", "/ device"],
+    );
     for (k, m) in med.iter().enumerate() {
         sum.push([
             names[k].to_string(),

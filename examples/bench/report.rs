@@ -65,12 +65,8 @@ impl Report {
 
     fn end_section(&mut self) {
         if let Some((name, start, t)) = self.current.take() {
-            self.sections.push([
-                name,
-                start,
-                load(),
-                num(t.elapsed().as_secs_f64(), 0),
-            ]);
+            self.sections
+                .push([name, start, load(), num(t.elapsed().as_secs_f64(), 0)]);
         }
     }
 
@@ -375,10 +371,16 @@ fn fault_path_section(r: &mut Report, data: &Data) -> Result<()> {
         .iter()
         .map(|(name, _)| {
             let v = t.numbers(&format!("{name} us"));
-            (name.to_string(), v.into_iter().filter(|x| !x.is_nan()).collect())
+            (
+                name.to_string(),
+                v.into_iter().filter(|x| !x.is_nan()).collect(),
+            )
         })
         .collect();
-    let s: Vec<(&str, &[f64])> = cols.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+    let s: Vec<(&str, &[f64])> = cols
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
     let _ = writeln!(r.md, "\nEvery fault's latency: `fault-latency.csv`.");
     r.svg(
         "fault-latency.svg",
@@ -518,7 +520,10 @@ fn random_section(r: &mut Report, d: &Device) -> Result<()> {
     let measure = |reg: &Region, warm: usize, threads: usize| -> (f64, f64) {
         random_reads_for(reg, warm, threads, 1, RANDOM_LIMIT);
         let (done, t) = random_reads_for(reg, RANDOM_OPS, threads, 2, RANDOM_LIMIT);
-        (done as f64 / t.as_secs_f64(), done as f64 / RANDOM_OPS as f64)
+        (
+            done as f64 / t.as_secs_f64(),
+            done as f64 / RANDOM_OPS as f64,
+        )
     };
     for (num_, den) in fractions {
         let budget = data.len * num_ / den;
@@ -625,9 +630,7 @@ fn random_section(r: &mut Report, d: &Device) -> Result<()> {
         .zip(m.texts("threads"))
         .zip(ratio)
         .filter(|((c, _), _)| *c == "1/4")
-        .map(|((_, th), x)| {
-            format!("{x:.2}x ({th} thread{})", if th == "1" { "" } else { "s" })
-        })
+        .map(|((_, th), x)| format!("{x:.2}x ({th} thread{})", if th == "1" { "" } else { "s" }))
         .collect();
     r.note(
         &format!(
@@ -717,7 +720,11 @@ fn seq_section(r: &mut Report, d: &Device) -> Result<()> {
     let mut skipped = None;
     if data.ext4_path().is_some() {
         for (short, long, adv) in [
-            ("mmap seq", "Linux mmap, MADV_SEQUENTIAL", libc::MADV_SEQUENTIAL),
+            (
+                "mmap seq",
+                "Linux mmap, MADV_SEQUENTIAL",
+                libc::MADV_SEQUENTIAL,
+            ),
             ("mmap default", "Linux mmap, default", libc::MADV_NORMAL),
         ] {
             r.bar

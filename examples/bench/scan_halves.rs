@@ -346,7 +346,11 @@ pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
                     note,
                     load(),
                 ]);
-                eprintln!("round {} {} {name}: {mbps:.0} MB/s per thread", round + 1, sys.label());
+                eprintln!(
+                    "round {} {} {name}: {mbps:.0} MB/s per thread",
+                    round + 1,
+                    sys.label()
+                );
             }
         }
     }
