@@ -170,9 +170,10 @@ impl Data {
     }
 
     /// `mib` MiB of data on `/dev/shm`, and a copy in a file made in `dir`
-    /// (written to the device: `fsync`ed), removed with the `Data`. The
-    /// bounded Linux `mmap` runs still need root and a cgroup v1 memory
-    /// controller ([`cgroup_unavailable`]).
+    /// (written to the device: `fsync`ed), removed with the `Data`; no
+    /// copy (and `no_ext4` says why) where no block device is under `dir`.
+    /// The bounded Linux `mmap` runs still need root and a cgroup v1
+    /// memory controller ([`cgroup_unavailable`]).
     pub fn in_dir(mib: usize, dir: &std::path::Path) -> Result<Data> {
         let shm = Data::shm(mib)?;
         let copy = tempfile::Builder::new()
@@ -180,12 +181,21 @@ impl Data {
             .suffix(".bin")
             .tempfile_in(dir)
             .map_err(|e| format!("creating the data file in {}: {e}", dir.display()))?;
+        let Some(dev) = crate::device::BlockDevice::of(copy.as_file()) else {
+            return Ok(Data {
+                shm,
+                len: mib * MIB,
+                ext4: None,
+                no_ext4: Some(format!(
+                    "no block device under {} (tmpfs?): umio runs on /dev/shm, Linux mmap is \
+                     skipped",
+                    dir.display()
+                )),
+            });
+        };
         std::fs::copy(shm.path(), copy.path())?;
         copy.as_file().sync_all()?;
-        let what = match crate::device::BlockDevice::of(copy.as_file()) {
-            Some(d) => format!("{} ({})", dir.display(), d.describe()),
-            None => format!("{} (no block device under it)", dir.display()),
-        };
+        let what = format!("{} ({})", dir.display(), dev.describe());
         Ok(Data {
             shm,
             len: mib * MIB,
@@ -675,6 +685,31 @@ mod tests {
         let d = distinct_pages(9, 1 << 20, 500);
         let set: std::collections::HashSet<_> = d.iter().collect();
         assert_eq!((d.len(), set.len()), (500, 500));
+    }
+
+    #[test]
+    fn a_copy_in_a_directory_is_made_on_a_block_device_and_refused_on_tmpfs() {
+        let shm = Data::in_dir(2, std::path::Path::new("/dev/shm")).unwrap();
+        assert!(shm.ext4_path().is_none());
+        assert!(shm.no_ext4.as_deref().unwrap().contains("no block device"));
+        assert_eq!(shm.device(), "/dev/shm (tmpfs)");
+        // The package's directory: on the machine's disk where it is built.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let probe = tempfile::tempfile_in(dir.path()).unwrap();
+        let Some(dev) = crate::device::BlockDevice::of(&probe) else {
+            eprintln!("skipped: no block device under {}", dir.path().display());
+            return;
+        };
+        let d = Data::in_dir(2, dir.path()).unwrap();
+        let path = d.ext4_path().unwrap().to_path_buf();
+        assert!(path.starts_with(dir.path()));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(d.shm.path()).unwrap()
+        );
+        assert!(d.device().contains(&dev.describe()), "{}", d.device());
+        drop(d);
+        assert!(!path.exists(), "the copy outlived its Data");
     }
 
     #[test]
