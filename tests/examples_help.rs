@@ -37,20 +37,26 @@ fn run_within(exe: &Path, args: &[&str], limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-const EXAMPLES: [&str; 13] = [
-    "direct_io",
+const EXAMPLES: [&str; 9] = [
     "backends",
+    "bench",
     "bfs",
     "cache_resize",
     "demo",
     "fault_path",
-    "hint_batches",
     "huge",
     "policies",
     "quickstart",
+];
+
+/// The benchmark tool's subcommands (`examples/bench`).
+const BENCH: [&str; 6] = [
+    "direct-io",
+    "random-threads",
+    "scan-halves",
+    "scan-limits",
+    "hint-batches",
     "report",
-    "scan_halves",
-    "scan_limits",
 ];
 
 /// The examples of this test run's profile, built fresh (a test target
@@ -104,6 +110,32 @@ fn every_example_has_help_and_refuses_unknown_flags() {
         let err = String::from_utf8_lossy(&bad.stderr);
         assert_eq!(bad.status.code(), Some(2), "{name} --no-such-flag:\n{err}");
         assert!(err.contains("--no-such-flag"), "{name}:\n{err}");
+    }
+    for sub in BENCH {
+        let exe = dir.join("bench");
+        let help = run(&exe, &[sub, "--help"]);
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(help.status.success(), "bench {sub} --help: {}", help.status);
+        assert!(
+            text.contains(&format!("Usage: bench {sub}")) && text.contains("--out <DIR>"),
+            "bench {sub} --help:\n{text}"
+        );
+        let bad = run(&exe, &[sub, "--no-such-flag"]);
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert_eq!(
+            bad.status.code(),
+            Some(2),
+            "bench {sub} --no-such-flag:\n{err}"
+        );
+        assert!(err.contains("--no-such-flag"), "bench {sub}:\n{err}");
+    }
+    let listed = run(&dir.join("bench"), &["--help"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    for sub in BENCH {
+        assert!(
+            text.contains(sub),
+            "bench --help does not list {sub}:\n{text}"
+        );
     }
     // Flags with values show their defaults.
     let demo = run(&dir.join("demo"), &["--help"]);
@@ -162,4 +194,60 @@ fn demo_runs_stop_at_their_deadline_and_the_output_names_device_and_advices() {
         "the device is not named:\n{text}"
     );
     assert!(text.contains("limit hits"), "no table:\n{text}");
+}
+
+/// A benchmark subcommand prints its table and writes the same table as
+/// CSV in `--out`: a header naming the sides and a row per round, with
+/// the rates as numbers.
+#[test]
+fn bench_writes_its_table_as_csv() {
+    let dir = examples_dir();
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    std::fs::write(&data, vec![7u8; 8 << 20]).unwrap();
+    let out = work.path().join("out");
+    let got = run_within(
+        &dir.join("bench"),
+        &[
+            "random-threads",
+            "--file",
+            data.to_str().unwrap(),
+            "--reads",
+            "500",
+            "--rounds",
+            "2",
+            "--cache",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(600),
+    );
+    let text = String::from_utf8_lossy(&got.stdout);
+    assert!(
+        got.status.success(),
+        "bench random-threads: {}\n{text}\n{}",
+        got.status,
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let csv = std::fs::read_to_string(out.join("random-threads.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "round,umio fillers,umio in-thread,mmap MADV_RANDOM,in-thread / mmap,load"
+    );
+    assert_eq!(lines.len(), 3, "{csv}");
+    for (k, l) in lines[1..].iter().enumerate() {
+        let cells: Vec<&str> = l.split(',').collect();
+        assert_eq!(cells[0], (k + 1).to_string(), "{csv}");
+        for c in &cells[1..4] {
+            assert!(c.parse::<f64>().is_ok_and(|v| v > 0.0), "{c:?} in {csv}");
+        }
+        // The printed table holds the same row.
+        assert!(
+            text.lines()
+                .any(|t| t.split_whitespace().nth(1) == Some(cells[1])),
+            "{l} not printed:\n{text}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! Benchmark helpers shared by `benches/workloads.rs`,
-//! `benches/fault_latency.rs` and `examples/report.rs`: the data files,
+//! `benches/fault_latency.rs` and `bench report` (`examples/bench`): the data files,
 //! the memory budget for Linux `mmap` (a cgroup v1 limit), the two kinds of
 //! mapping side by side, and the workloads themselves.
 //!
@@ -76,6 +76,24 @@ pub fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     v
 }
 
+/// Writes `mib` MiB of pseudo-random bytes (xorshift64, the same bytes
+/// every time) to `w`, and flushes it.
+pub fn write_random(w: &mut impl Write, mib: usize) -> Result<()> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut buf = vec![0u8; MIB];
+    for _ in 0..mib {
+        for c in buf.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        w.write_all(&buf)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 /// Why the bounded Linux `mmap` runs cannot happen here, if they cannot:
 /// they need root (a loop mount, cgroups) and a cgroup v1 memory controller.
 pub fn cgroup_unavailable() -> Option<String> {
@@ -90,39 +108,44 @@ pub fn cgroup_unavailable() -> Option<String> {
 }
 
 /// The data of one benchmark: a file of pseudo-random bytes on tmpfs and,
-/// where possible, a copy of it on ext4 over a loop device.
+/// where possible, a copy of it on a block device: ext4 over a loop
+/// device ([`Data::new`]) or a directory of the caller's ([`Data::in_dir`],
+/// e.g. on the machine's own disk).
 pub struct Data {
     /// The file on `/dev/shm`.
     pub shm: tempfile::NamedTempFile,
     /// Its length.
     pub len: usize,
-    /// The ext4 copy (`None`: see `no_ext4`).
-    ext4: Option<(LoopFs, PathBuf)>,
-    /// Why there is no ext4 copy.
+    /// The copy on a device (`None`: see `no_ext4`).
+    ext4: Option<Copy>,
+    /// Why there is no copy on a device.
     pub no_ext4: Option<String>,
 }
 
+/// Where [`Data`]'s copy lives.
+enum Copy {
+    /// On ext4 over a loop device over `/dev/shm`, made for it (kept
+    /// mounted while the copy is used).
+    Loop { _fs: LoopFs, path: PathBuf },
+    /// In a directory of the caller's, removed when dropped.
+    Dir(tempfile::TempPath, String),
+}
+
 impl Data {
-    /// `mib` MiB of data on `/dev/shm`, and a copy on ext4 if `ext4` and
-    /// the machine allows it.
-    pub fn new(mib: usize, ext4: bool) -> Result<Data> {
+    fn shm(mib: usize) -> Result<tempfile::NamedTempFile> {
         let mut shm = tempfile::Builder::new()
             .prefix("umio-bench-")
             .suffix(".bin")
             .tempfile_in("/dev/shm")
             .map_err(|e| format!("creating the data file on /dev/shm: {e}"))?;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut buf = vec![0u8; MIB];
-        for _ in 0..mib {
-            for c in buf.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                c.copy_from_slice(&x.to_le_bytes());
-            }
-            shm.write_all(&buf)?;
-        }
-        shm.flush()?;
+        write_random(&mut shm, mib)?;
+        Ok(shm)
+    }
+
+    /// `mib` MiB of data on `/dev/shm`, and a copy on ext4 over a loop
+    /// device if `ext4` and the machine allows it.
+    pub fn new(mib: usize, ext4: bool) -> Result<Data> {
+        let shm = Data::shm(mib)?;
         let len = mib * MIB;
         let (ext4, no_ext4) = if !ext4 {
             (None, Some("not requested".into()))
@@ -132,7 +155,7 @@ impl Data {
             match LoopFs::new(len + len / 4 + 64 * MIB).and_then(|fs| {
                 let path = fs.mount.join("data.bin");
                 std::fs::copy(shm.path(), &path)?;
-                Ok((fs, path))
+                Ok(Copy::Loop { _fs: fs, path })
             }) {
                 Ok(x) => (Some(x), None),
                 Err(e) => (None, Some(format!("ext4 on a loop device: {e}"))),
@@ -146,12 +169,50 @@ impl Data {
         })
     }
 
-    /// The ext4 copy's path, if there is one.
-    pub fn ext4_path(&self) -> Option<&std::path::Path> {
-        self.ext4.as_ref().map(|(_, p)| p.as_path())
+    /// `mib` MiB of data on `/dev/shm`, and a copy in a file made in `dir`
+    /// (written to the device: `fsync`ed), removed with the `Data`; no
+    /// copy (and `no_ext4` says why) where no block device is under `dir`.
+    /// The bounded Linux `mmap` runs still need root and a cgroup v1
+    /// memory controller ([`cgroup_unavailable`]).
+    pub fn in_dir(mib: usize, dir: &std::path::Path) -> Result<Data> {
+        let shm = Data::shm(mib)?;
+        let copy = tempfile::Builder::new()
+            .prefix("umio-bench-")
+            .suffix(".bin")
+            .tempfile_in(dir)
+            .map_err(|e| format!("creating the data file in {}: {e}", dir.display()))?;
+        let Some(dev) = crate::device::BlockDevice::of(copy.as_file()) else {
+            return Ok(Data {
+                shm,
+                len: mib * MIB,
+                ext4: None,
+                no_ext4: Some(format!(
+                    "no block device under {} (tmpfs?): umio runs on /dev/shm, Linux mmap is \
+                     skipped",
+                    dir.display()
+                )),
+            });
+        };
+        std::fs::copy(shm.path(), copy.path())?;
+        copy.as_file().sync_all()?;
+        let what = format!("{} ({})", dir.display(), dev.describe());
+        Ok(Data {
+            shm,
+            len: mib * MIB,
+            ext4: Some(Copy::Dir(copy.into_temp_path(), what)),
+            no_ext4: None,
+        })
     }
 
-    /// Opens the ext4 copy, with its pages dropped from the page cache.
+    /// The copy's path, if there is one.
+    pub fn ext4_path(&self) -> Option<&std::path::Path> {
+        self.ext4.as_ref().map(|c| match c {
+            Copy::Loop { path, .. } => path.as_path(),
+            Copy::Dir(p, _) => p.as_ref(),
+        })
+    }
+
+    /// Opens the copy, with its pages dropped from the page cache.
     pub fn ext4_file(&self, writable: bool) -> Option<File> {
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -162,12 +223,13 @@ impl Data {
         Some(f)
     }
 
-    /// Where the out-of-core runs read: "ext4 on loop over tmpfs" or "tmpfs".
-    pub fn device(&self) -> &'static str {
-        if self.ext4.is_some() {
-            "ext4 on a loop device over /dev/shm"
-        } else {
-            "/dev/shm (tmpfs)"
+    /// Where the out-of-core runs read: "ext4 on a loop device over
+    /// /dev/shm", the directory and its device, or "/dev/shm (tmpfs)".
+    pub fn device(&self) -> String {
+        match &self.ext4 {
+            Some(Copy::Loop { .. }) => "ext4 on a loop device over /dev/shm".into(),
+            Some(Copy::Dir(_, what)) => what.clone(),
+            None => "/dev/shm (tmpfs)".into(),
         }
     }
 }
@@ -469,25 +531,48 @@ pub fn scan_pages(r: &Region, len: usize) -> (Duration, u64) {
 /// `ops` reads of one word at random 4 KiB pages, split over `threads`
 /// threads. Returns the wall time.
 pub fn random_reads(r: &Region, ops: usize, threads: usize, seed: u64) -> Duration {
+    random_reads_for(r, ops, threads, seed, Duration::MAX).1
+}
+
+/// As [`random_reads`], but each thread stops at `limit` after the start
+/// if not done (a slow side on a slow disk ends anyway). Returns the reads
+/// done and the wall time.
+pub fn random_reads_for(
+    r: &Region,
+    ops: usize,
+    threads: usize,
+    seed: u64,
+    limit: Duration,
+) -> (usize, Duration) {
     let base = r.ptr() as usize;
     let pages = r.len() / PAGE;
     let t = Instant::now();
-    std::thread::scope(|s| {
-        for k in 0..threads {
-            let n = ops / threads + usize::from(k < ops % threads);
-            s.spawn(move || {
-                let mut rng = Rng(seed ^ (0x9E37_79B9 * (k as u64 + 1)) | 1);
-                let mut sum = 0u64;
-                for _ in 0..n {
-                    let off = rng.below(pages) * PAGE + 8 * rng.below(PAGE / 8);
-                    // SAFETY: an aligned word within the live mapping at `base`.
-                    sum = sum.wrapping_add(unsafe { word(base as *const u8, off) });
-                }
-                std::hint::black_box(sum);
-            });
-        }
+    let deadline = t.checked_add(limit);
+    let done: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|k| {
+                let n = ops / threads + usize::from(k < ops % threads);
+                s.spawn(move || {
+                    let mut rng = Rng(seed ^ (0x9E37_79B9 * (k as u64 + 1)) | 1);
+                    let mut sum = 0u64;
+                    let mut i = 0;
+                    while i < n {
+                        if i % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                            break;
+                        }
+                        let off = rng.below(pages) * PAGE + 8 * rng.below(PAGE / 8);
+                        // SAFETY: an aligned word within the live mapping at `base`.
+                        sum = sum.wrapping_add(unsafe { word(base as *const u8, off) });
+                        i += 1;
+                    }
+                    std::hint::black_box(sum);
+                    i
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
     });
-    t.elapsed()
+    (done, t.elapsed())
 }
 
 /// Writes one word in each 4 KiB page of the first `bytes` bytes, then
@@ -525,4 +610,115 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
         return f64::NAN;
     }
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// `n` pseudo-random page numbers below `pages` (xorshift64 from `seed`,
+/// scaled by multiplication: no modulo bias), repeats allowed.
+pub fn random_pages(seed: u64, pages: usize, n: usize) -> Vec<usize> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((u128::from(x) * pages as u128) >> 64) as usize
+        })
+        .collect()
+}
+
+/// As [`random_pages`], but each page at most once (a page read again
+/// would be a hit for a mapping and a read for the device), and at most
+/// `pages` of them.
+pub fn distinct_pages(seed: u64, pages: usize, n: usize) -> Vec<usize> {
+    let want = n.min(pages);
+    let mut seen = std::collections::HashSet::with_capacity(want);
+    let mut out = Vec::with_capacity(want);
+    let mut s = seed;
+    while out.len() < want {
+        for p in random_pages(s, pages, want - out.len()) {
+            if seen.insert(p) {
+                out.push(p);
+            }
+        }
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    }
+    out
+}
+
+/// Reads one byte of each page of `pages` (4 KiB pages counted from
+/// `base`, volatile: each read happens); returns their sum.
+///
+/// # Safety
+/// Every page listed is inside a live readable mapping at `base`.
+pub unsafe fn touch_pages(base: *const u8, pages: &[usize]) -> u64 {
+    let mut sum = 0u64;
+    for &p in pages {
+        // SAFETY: the caller's promise.
+        sum = sum.wrapping_add(u64::from(unsafe {
+            std::ptr::read_volatile(base.add(p * PAGE))
+        }));
+    }
+    sum
+}
+
+/// The load averages, as `/proc/loadavg` gives them ("1.02 0.98 0.87").
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_pages_stay_below_the_count_and_distinct_ones_never_repeat() {
+        let v = random_pages(7, 10, 1000);
+        assert_eq!(v.len(), 1000);
+        assert!(v.iter().all(|&p| p < 10));
+        assert!((0..10).all(|p| v.contains(&p)), "{v:?}");
+        let mut d = distinct_pages(7, 10, 1000);
+        assert_eq!(d.len(), 10);
+        d.sort();
+        assert_eq!(d, (0..10).collect::<Vec<_>>());
+        let d = distinct_pages(9, 1 << 20, 500);
+        let set: std::collections::HashSet<_> = d.iter().collect();
+        assert_eq!((d.len(), set.len()), (500, 500));
+    }
+
+    #[test]
+    fn a_copy_in_a_directory_is_made_on_a_block_device_and_refused_on_tmpfs() {
+        let shm = Data::in_dir(2, std::path::Path::new("/dev/shm")).unwrap();
+        assert!(shm.ext4_path().is_none());
+        assert!(shm.no_ext4.as_deref().unwrap().contains("no block device"));
+        assert_eq!(shm.device(), "/dev/shm (tmpfs)");
+        // The package's directory: on the machine's disk where it is built.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let probe = tempfile::tempfile_in(dir.path()).unwrap();
+        let Some(dev) = crate::device::BlockDevice::of(&probe) else {
+            eprintln!("skipped: no block device under {}", dir.path().display());
+            return;
+        };
+        let d = Data::in_dir(2, dir.path()).unwrap();
+        let path = d.ext4_path().unwrap().to_path_buf();
+        assert!(path.starts_with(dir.path()));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(d.shm.path()).unwrap()
+        );
+        assert!(d.device().contains(&dev.describe()), "{}", d.device());
+        drop(d);
+        assert!(!path.exists(), "the copy outlived its Data");
+    }
+
+    #[test]
+    fn touch_pages_reads_the_first_byte_of_each_page_listed() {
+        let mut mem = vec![0u8; 4 * PAGE];
+        for p in 0..4 {
+            mem[p * PAGE] = p as u8 + 1;
+        }
+        // SAFETY: pages 0 to 3 of `mem`.
+        assert_eq!(unsafe { touch_pages(mem.as_ptr(), &[0, 3, 3]) }, 1 + 4 + 4);
+    }
 }

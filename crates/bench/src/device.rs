@@ -192,16 +192,20 @@ fn random_rate(file: &File, len: u64, threads: usize, each: Duration) -> Result<
                     let mut buf = AlignedBuf::new(SMALL);
                     let mut x = 0x2545_f491_4f6c_dd1d ^ (t + 1).wrapping_mul(0x9e37_79b9);
                     // Each thread stops on its own clock: one that fails
-                    // does not keep the others going.
-                    while start.elapsed() < each {
+                    // does not keep the others going. Each reads at least
+                    // once: a thread started late on a loaded machine
+                    // still counts, and the rate is never a starved 0.
+                    loop {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
                         buf.read_at(file, x % blocks * SMALL as u64)
                             .map_err(|e| e.to_string())?;
                         done.fetch_add(1, Ordering::Relaxed);
+                        if start.elapsed() >= each {
+                            return Ok(());
+                        }
                     }
-                    Ok(())
                 })
             })
             .collect();
@@ -226,9 +230,13 @@ fn sequential_rate(file: &File, len: u64, each: Duration) -> Result<f64> {
     let mut buf = AlignedBuf::new(LARGE);
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < each {
+    // At least one read, however late this thread runs.
+    loop {
         buf.read_at(file, n % windows * LARGE as u64)?;
         n += 1;
+        if start.elapsed() >= each {
+            break;
+        }
     }
     Ok((n * LARGE as u64) as f64 / start.elapsed().as_secs_f64())
 }

@@ -1,5 +1,5 @@
 //! The fault-path microbenchmark, shared by `examples/fault_path.rs` and
-//! `examples/report.rs`: one fault at a time from one thread, timed with
+//! `bench report` (`examples/bench`): one fault at a time from one thread, timed with
 //! the time stamp counter, for umio (its filler's steps recorded with
 //! `Builder::trace_faults`), for a minimal userfaultfd handler of our own
 //! (the floor: one thread, blocking `read(2)`, one `UFFDIO_COPY` per fault,

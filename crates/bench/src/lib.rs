@@ -1,5 +1,5 @@
-//! Benchmark helpers shared by umio's examples (`examples/report.rs`,
-//! `fault_path.rs`, `policies.rs`, `bfs.rs`, `huge.rs`, `spdk_fault.rs`)
+//! Benchmark helpers shared by umio's examples (`examples/bench`, the
+//! benchmark tool; `fault_path.rs`, `policies.rs`, `bfs.rs`, `huge.rs`, `spdk_fault.rs`)
 //! and benches (`benches/workloads.rs`, `fault_latency.rs`,
 //! `policies.rs`). Not published: it exists so that those targets share
 //! one copy of the code, compiled once, with its own lints.
@@ -16,7 +16,9 @@
 //!   scan fed through userfaultfd;
 //! - [`svg`]: the report's charts;
 //! - [`device`]: the block device under a file and its own rates;
-//! - [`cli`]: the examples' command lines (`--help` for each).
+//! - [`cli`]: the examples' command lines (`--help` for each);
+//! - [`table`]: the benchmark tool's output, a table printed aligned and
+//!   written as CSV, which the report reads back.
 
 pub mod bench;
 pub mod cli;
@@ -27,3 +29,4 @@ pub mod policy_workload;
 pub mod scan_floor;
 pub mod sigbus_floor;
 pub mod svg;
+pub mod table;

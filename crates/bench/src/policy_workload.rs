@@ -25,7 +25,6 @@
 
 use std::error::Error;
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -183,18 +182,7 @@ pub fn make_data_file(p: &Params) -> Result<DataFile> {
         .tempfile_in("/dev/shm")
         .map_err(|e| format!("creating the data file on /dev/shm: {e}"))?;
     let len = p.file_mib * MIB;
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut buf = vec![0u8; MIB];
-    for _ in 0..p.file_mib {
-        for c in buf.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            c.copy_from_slice(&x.to_le_bytes());
-        }
-        tmp.write_all(&buf)?;
-    }
-    tmp.flush()?;
+    crate::bench::write_random(&mut tmp, p.file_mib)?;
     Ok(DataFile { tmp, len })
 }
 

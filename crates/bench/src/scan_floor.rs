@@ -11,8 +11,8 @@
 //! Both run one scanner or several at once, each over its own part of the
 //! file ([`device_scan_rates`], [`copy_floor_rates`]): the floor gives each
 //! scanner its own registered mapping, one reader thread or more, each
-//! with its own staging buffer, and a share of the budget. `examples/scan_limits.rs` runs one scanner
-//! beside umio and Linux `mmap`; `examples/scan_halves.rs` runs one and
+//! with its own staging buffer, and a share of the budget. `bench scan-limits` (`examples/bench`) runs one scanner
+//! beside umio and Linux `mmap`; `bench scan-halves` runs one and
 //! two, over halves of the file.
 
 use std::fs::{File, OpenOptions};

@@ -4,7 +4,7 @@
 //! SIGBUS in the faulting thread, whose handler reads the page with one
 //! `O_DIRECT` `pread` into an aligned buffer, installs it with one
 //! `UFFDIO_COPY` and returns), as `sigbus-fault.c` of the kernel notes
-//! measures it with a `pread` from tmpfs. `examples/direct_io.rs` runs it
+//! measures it with a `pread` from tmpfs. `bench direct-io` (`examples/bench`) runs it
 //! beside the device's own `pread` and beside umio.
 
 use std::fs::OpenOptions;

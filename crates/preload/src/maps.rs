@@ -756,8 +756,9 @@ pub(crate) fn unmap(addr: usize, len: usize) -> Result<(), Errno> {
 /// application (its next access would crash, or silently reach whatever
 /// the kernel maps there next), and mapping over part of a umio page
 /// would leave a page umio can no longer fill. This happens only with a
-/// range not aligned to the older mapping's umio pages (64 KiB by
-/// default): `UMIO_PAGE_SIZE=4096` avoids it.
+/// range not aligned to the older mapping's umio pages, which are larger
+/// than 4 KiB only where `UMIO_PAGE_SIZE` asks (the default, 4096, avoids
+/// it).
 pub(crate) fn release_for_fixed(addr: usize, len: usize) -> Result<(), Errno> {
     let range = checked_range(addr, len)?;
     release_edges_for_fixed(&range)?;

@@ -1,4 +1,4 @@
-//! A sequential scan of an existing file (the sum of every 64-bit word) by
+//! `bench scan-limits`: a sequential scan of an existing file (the sum of every 64-bit word) by
 //! one thread, four ways, in interleaved rounds, each cold: the device's
 //! own rate (2 MiB `O_DIRECT` reads into one buffer), the floor of a scan
 //! fed through userfaultfd (`umio_bench::scan_floor`: a reader thread, one
@@ -7,7 +7,8 @@
 //! with 2 MiB pages of ordinary memory; and, where the hugetlbfs pool holds
 //! the cache, with 2 MiB hugetlbfs pages, `MapOptions::hugetlb`), and Linux
 //! `mmap` (`MAP_SHARED`, its default read-ahead). Rates in GB/s, and each
-//! over `mmap`'s in the same round.
+//! over `mmap`'s in the same round; the table is written as
+//! `scan-limits.csv`.
 //!
 //! The hugetlbfs pool is memory of its own, outside a memory cgroup's
 //! limit: its column holds the cache in huge pages beside the limit, and
@@ -21,39 +22,32 @@
 //! mkdir /sys/fs/cgroup/memory/umio-bench
 //! echo 256M > /sys/fs/cgroup/memory/umio-bench/memory.limit_in_bytes
 //! echo $$ > /sys/fs/cgroup/memory/umio-bench/tasks
-//! cargo run --release --example scan_limits -- --file /mnt/fast/data --cache 192
+//! cargo run --release --example bench -- scan-limits --file /mnt/fast/data --cache 192
 //! ```
 
-use std::error::Error;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use umio::{MapOptions, Runtime};
-use umio_bench::bench::{Mmap, drop_cache};
-use umio_bench::cli::{self, value_parser};
+use umio_bench::bench::{MIB, Mmap, drop_cache, load};
+use umio_bench::cli::{self, ArgMatches, Command, value_parser};
 use umio_bench::scan_floor;
+use umio_bench::table::{Table, num};
 
-type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+use crate::{Result, emit};
 
-const MIB: usize = 1 << 20;
-
-struct Args {
-    file: PathBuf,
-    cache_mib: usize,
-    rounds: usize,
-}
-
-fn args() -> Result<Args> {
-    let m = cli::command(
-        "scan_limits",
+pub fn command() -> Command {
+    cli::command(
+        "scan-limits",
         "A sequential scan of a file four ways, interleaved: the device's own O_DIRECT rate, \
          the floor of a scan fed through userfaultfd, umio (4 KiB and 2 MiB pages) and Linux \
          mmap. Run it in a memory cgroup to compare at one budget.",
     )
     .arg(
         cli::opt_none("file", "PATH", "the data file (read only; required)")
-            .value_parser(value_parser!(PathBuf)),
+            .value_parser(value_parser!(PathBuf))
+            .required(true),
     )
     .arg(
         cli::opt(
@@ -65,12 +59,6 @@ fn args() -> Result<Args> {
         .value_parser(value_parser!(usize)),
     )
     .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
-    .get_matches();
-    Ok(Args {
-        file: cli::get_opt(&m, "file").ok_or("--file is required")?,
-        cache_mib: cli::get(&m, "cache"),
-        rounds: cli::get::<usize>(&m, "rounds").max(1),
-    })
 }
 
 /// umio's scan: bytes per second and the sum.
@@ -112,9 +100,11 @@ fn free_huge_pages() -> usize {
         .unwrap_or(0)
 }
 
-fn main() -> Result<()> {
-    let a = args()?;
-    let cache = a.cache_mib * MIB;
+pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
+    let file: PathBuf = cli::get(m, "file");
+    let cache_mib: usize = cli::get(m, "cache");
+    let rounds = cli::get::<usize>(m, "rounds").max(1);
+    let cache = cache_mib * MIB;
     // The cache, and two pages of slack for fills in flight.
     let hugetlb = free_huge_pages() * 2 * MIB >= cache + 4 * MIB;
     if !hugetlb {
@@ -125,32 +115,41 @@ fn main() -> Result<()> {
         );
     }
     println!(
-        "{} ({} MiB), umio cache and floor budget {} MiB; GB/s, and / mmap in the same round",
-        a.file.display(),
-        std::fs::metadata(&a.file)?.len() >> 20,
-        a.cache_mib
+        "{} ({} MiB), umio cache and floor budget {cache_mib} MiB; GB/s, and umio / mmap in the \
+         same round",
+        file.display(),
+        std::fs::metadata(&file)?.len() >> 20,
     );
-    println!(
-        "{:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6}",
-        "round", "device", "uffd floor", "umio 4 KiB", "umio 2 MiB", "2 MiB hugetlb", "mmap"
-    );
-    for round in 1..=a.rounds {
+    let names = [
+        "device",
+        "uffd floor",
+        "umio 4 KiB",
+        "umio 2 MiB",
+        "umio 2 MiB hugetlb",
+        "mmap",
+    ];
+    let mut cols: Vec<String> = vec!["round".into()];
+    cols.extend(names.iter().map(|n| n.to_string()));
+    cols.extend(names[2..5].iter().map(|n| format!("{n} / mmap")));
+    cols.push("load".into());
+    let mut t = Table::new("scan-limits", cols);
+    for round in 1..=rounds {
         let mut rates = Vec::new();
         let mut sums = Vec::new();
         let sides: [&dyn Fn() -> Result<(f64, u64)>; 6] = [
-            &|| scan_floor::device_scan_rate(&a.file),
-            &|| scan_floor::copy_floor_rate(&a.file, cache),
-            &|| umio_scan(&a.file, cache, 4096, false),
-            &|| umio_scan(&a.file, cache, 2 * MIB, false),
-            &|| umio_scan(&a.file, cache, 2 * MIB, true),
-            &|| mmap_scan(&a.file),
+            &|| scan_floor::device_scan_rate(&file),
+            &|| scan_floor::copy_floor_rate(&file, cache),
+            &|| umio_scan(&file, cache, 4096, false),
+            &|| umio_scan(&file, cache, 2 * MIB, false),
+            &|| umio_scan(&file, cache, 2 * MIB, true),
+            &|| mmap_scan(&file),
         ];
         for (k, side) in sides.into_iter().enumerate() {
             if k == 4 && !hugetlb {
                 rates.push(f64::NAN);
                 continue;
             }
-            drop_cache(&File::open(&a.file)?);
+            drop_cache(&File::open(&file)?);
             let (rate, total) = side()?;
             rates.push(rate / 1e9);
             sums.push(total);
@@ -159,22 +158,12 @@ fn main() -> Result<()> {
             return Err(format!("the sides' sums differ: {sums:x?}").into());
         }
         let mmap = rates[5];
-        let cell = |r: f64| {
-            if r.is_nan() {
-                "-".to_string()
-            } else {
-                format!("{r:.2} ({:.2}x)", r / mmap)
-            }
-        };
-        println!(
-            "{round:>5} | {:>13} | {:>13} | {:>13} | {:>13} | {:>13} | {:>6.2}",
-            cell(rates[0]),
-            cell(rates[1]),
-            cell(rates[2]),
-            cell(rates[3]),
-            cell(rates[4]),
-            mmap
-        );
+        let mut row = vec![num(round as f64, 0)];
+        row.extend(rates.iter().map(|&r| num(r, 2)));
+        row.extend(rates[2..5].iter().map(|&r| num(r / mmap, 2)));
+        row.push(load());
+        t.push(row);
+        eprintln!("round {round} of {rounds} done");
     }
-    Ok(())
+    emit(&t, "one sequential scan, one thread (GB/s):", out)
 }

@@ -1,4 +1,4 @@
-//! Sequential scans through umio with its defaults (4 KiB pages, adaptive
+//! `bench scan-halves`: sequential scans through umio with its defaults (4 KiB pages, adaptive
 //! read-ahead, `O_DIRECT` where the file system allows): one thread
 //! scanning the first half of a file alone, then two threads scanning the
 //! two halves at once (as UMap's `pfbenchmark-read -t 2` does), and one
@@ -14,8 +14,8 @@
 //! mapping, and the file's page cache dropped.
 //!
 //! ```text
-//! cargo run --release --example scan_halves -- [--file PATH | --dir DIR --size MiB]
-//!                                               [--cache MiB] [--rounds N] [--no-mmap]
+//! cargo run --release --example bench -- scan-halves [--file PATH | --dir DIR --size MiB]
+//!                                                 [--cache MiB] [--rounds N] [--no-mmap]
 //! ```
 //!
 //! Defaults: a 1024 MiB file made in the temporary directory, a 256 MiB
@@ -26,9 +26,9 @@
 //! read their page), pages prefetched, and store reads. "two/one" is the
 //! two-thread per-thread rate over the one-thread rate: 1.0 means each of
 //! two threads is as fast as one alone. A summary of the rounds ends the
-//! output.
+//! output; both tables are written as CSV (`scan-halves.csv`,
+//! `scan-halves-summary.csv`).
 
-use std::error::Error;
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
@@ -37,14 +37,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use umio::{MapOptions, Runtime};
-use umio_bench::bench::{Mmap, drop_cache};
-use umio_bench::cli::{self, value_parser};
+use umio_bench::bench::{MIB, Mmap, PAGE, drop_cache, load};
+use umio_bench::cli::{self, ArgMatches, Command, value_parser};
 use umio_bench::scan_floor::{self, WINDOW};
+use umio_bench::table::{Table, median, num};
 
-type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
-
-const MIB: usize = 1 << 20;
-const PAGE: usize = 4096;
+use crate::{Result, emit};
 
 struct Args {
     file: Option<PathBuf>,
@@ -55,9 +53,9 @@ struct Args {
     mmap: bool,
 }
 
-fn args() -> Args {
-    let m = cli::command(
-        "scan_halves",
+pub fn command() -> Command {
+    cli::command(
+        "scan-halves",
         "Sequential scans: one thread over half of a file, two threads over the two halves at \
          once, one thread over the whole file; by the device's O_DIRECT reads, the userfaultfd \
          floor, umio with its defaults and Linux mmap, in interleaved rounds.",
@@ -94,13 +92,15 @@ fn args() -> Args {
     )
     .arg(cli::opt("rounds", "N", "3", "rounds").value_parser(value_parser!(usize)))
     .arg(cli::switch("no-mmap", "skip the Linux mmap runs"))
-    .get_matches();
+}
+
+fn args(m: &ArgMatches) -> Args {
     Args {
-        file: cli::get_opt(&m, "file"),
-        dir: cli::get_opt(&m, "dir").unwrap_or_else(std::env::temp_dir),
-        size_mib: cli::get(&m, "size"),
-        cache_mib: cli::get(&m, "cache"),
-        rounds: cli::get::<usize>(&m, "rounds").max(1),
+        file: cli::get_opt(m, "file"),
+        dir: cli::get_opt(m, "dir").unwrap_or_else(std::env::temp_dir),
+        size_mib: cli::get(m, "size"),
+        cache_mib: cli::get(m, "cache"),
+        rounds: cli::get::<usize>(m, "rounds").max(1),
         mmap: !m.get_flag("no-mmap"),
     }
 }
@@ -188,7 +188,7 @@ fn cpu_seconds() -> (f64, f64) {
 /// vCPUs busy meanwhile (this process's, the machine's outside niced
 /// tasks) and, for umio, its counters. `path` names `f` for the sides that
 /// open it with `O_DIRECT` themselves.
-fn run(
+fn run_one(
     f: &File,
     path: &Path,
     len: usize,
@@ -212,7 +212,7 @@ fn run(
                 let secs = scan_parts(map.as_slice(), parts);
                 let s = map.stats();
                 note = format!(
-                    "faults {:>7}  misses {:>7}  prefetched {:>7}  reads {:>6}",
+                    "faults {} misses {} prefetched {} reads {}",
                     s.faults,
                     s.fills - s.prefetched,
                     s.prefetched,
@@ -263,19 +263,17 @@ fn make_file(dir: &Path, size_mib: usize) -> Result<File> {
     Ok(f)
 }
 
-/// "lo-hi (median)" of `v`, formatted with `prec` decimals.
-fn span(v: &[f64], prec: usize) -> String {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let (lo, hi) = (v[0], v[v.len() - 1]);
-    let mid = (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0;
-    format!("{lo:.prec$}-{hi:.prec$} ({mid:.prec$})")
+/// "lo-hi" of `v`, formatted with `prec` decimals.
+fn range(v: &[f64], prec: usize) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.prec$}-{hi:.prec$}")
 }
 
 // Each scan is a list of ranges, some of one range.
 #[allow(clippy::single_range_in_vec_init)]
-fn main() -> Result<()> {
-    let a = args();
+pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
+    let a = args(m);
     let (f, path, shown) = match &a.file {
         Some(p) => (File::open(p)?, p.clone(), p.display().to_string()),
         None => {
@@ -308,6 +306,20 @@ fn main() -> Result<()> {
         a.cache_mib,
         a.rounds
     );
+    let mut runs = Table::new(
+        "scan-halves",
+        [
+            "round",
+            "side",
+            "scan",
+            "MB/s per thread",
+            "two/one",
+            "vCPUs (process)",
+            "vCPUs (machine)",
+            "umio counters",
+            "load",
+        ],
+    );
     // Per side and scan, the rates of every round; per side, two/one.
     let mut rates = vec![[vec![], vec![], vec![]]; systems.len()];
     let mut ratios = vec![vec![]; systems.len()];
@@ -315,40 +327,68 @@ fn main() -> Result<()> {
     for round in 0..a.rounds {
         for (n, (name, parts)) in scans.iter().enumerate() {
             for (k, &sys) in systems.iter().enumerate() {
-                let (mbps, (own, all), note) = run(&f, &path, len, cache, sys, parts)?;
-                print!(
-                    "round {round} {:<6} {name:<20} {mbps:>7.0} MB/s per thread  vCPUs {own:.2} \
-                     (machine {all:.2})  {note}",
-                    sys.label()
-                );
+                let (mbps, (own, all), note) = run_one(&f, &path, len, cache, sys, parts)?;
                 rates[k][n].push(mbps);
                 vcpus[k][n].push(all);
+                let mut ratio = f64::NAN;
                 if n == 1 {
-                    let ratio = mbps / rates[k][0][round];
+                    ratio = mbps / rates[k][0][round];
                     ratios[k].push(ratio);
-                    print!("  two/one {ratio:.2}");
                 }
-                println!();
+                runs.push([
+                    num((round + 1) as f64, 0),
+                    sys.label(),
+                    name.to_string(),
+                    num(mbps, 0),
+                    num(ratio, 2),
+                    num(own, 2),
+                    num(all, 2),
+                    note,
+                    load(),
+                ]);
+                eprintln!(
+                    "round {} {} {name}: {mbps:.0} MB/s per thread",
+                    round + 1,
+                    sys.label()
+                );
             }
         }
     }
-    println!(
-        "\nMB/s per thread over {} rounds, lowest-highest (median), and the machine's vCPUs busy \
-         (outside niced tasks):\n\
-         {:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
-        a.rounds, "", "one, half", "two, halves", "two/one", "one, whole", "vCPUs one", "vCPUs two"
+    emit(&runs, "each run (MB/s per thread):", out)?;
+    let mut sum = Table::new(
+        "scan-halves-summary",
+        [
+            "side",
+            "one, half",
+            "two, halves",
+            "two/one",
+            "one, whole",
+            "vCPUs one",
+            "vCPUs two",
+            "one, half (range)",
+            "two, halves (range)",
+        ],
     );
     for (k, sys) in systems.iter().enumerate() {
-        println!(
-            "{:<6} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16} | {:>16}",
+        sum.push([
             sys.label(),
-            span(&rates[k][0], 0),
-            span(&rates[k][1], 0),
-            span(&ratios[k], 2),
-            span(&rates[k][2], 0),
-            span(&vcpus[k][0], 2),
-            span(&vcpus[k][1], 2)
-        );
+            num(median(&rates[k][0]), 0),
+            num(median(&rates[k][1]), 0),
+            num(median(&ratios[k]), 2),
+            num(median(&rates[k][2]), 0),
+            num(median(&vcpus[k][0]), 2),
+            num(median(&vcpus[k][1]), 2),
+            range(&rates[k][0], 0),
+            range(&rates[k][1], 0),
+        ]);
     }
-    Ok(())
+    emit(
+        &sum,
+        &format!(
+            "medians of {} rounds: MB/s per thread, and the machine's vCPUs busy (outside niced \
+             tasks); the ranges of the rates",
+            a.rounds
+        ),
+        out,
+    )
 }
