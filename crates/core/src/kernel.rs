@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
+use crate::sys::pagemap::Pagemap;
 use crate::sys::uffd::{OpenFailure, Uffd, feature};
 
 /// Which page faults a runtime's userfaultfd receives: see
@@ -47,6 +48,51 @@ impl UffdMode {
     }
 }
 
+/// How a runtime learns which pages were written: see
+/// [`Builder::dirty_tracking`](crate::Builder::dirty_tracking).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirtyTracking {
+    /// [`Async`](DirtyTracking::Async) where the kernel has it (Linux
+    /// 6.7+), [`Sync`](DirtyTracking::Sync) otherwise. The default.
+    #[default]
+    Auto,
+    /// Clean pages are write-protected, and the first write to one is a
+    /// write-protect fault served by umio (fillers or in-thread), which
+    /// counts the page dirty before the write goes on.
+    Sync,
+    /// `UFFD_FEATURE_WP_ASYNC`: the kernel resolves the first write to a
+    /// clean page itself, as it does for `mmap` (no round trip to user
+    /// space), and umio learns which pages were written with
+    /// `PAGEMAP_SCAN` when it needs to: before a flush or write-back, before
+    /// it evicts or unmaps pages, and on each evictor round (the dirty
+    /// count, and so the dirty limit, lags the writes by up to a round).
+    /// [`Builder::build`](crate::Builder::build) fails with
+    /// [`Error::Unsupported`] where the kernel lacks it.
+    Async,
+}
+
+impl DirtyTracking {
+    /// By name, any case: `auto`, `sync` or `async`, as
+    /// `UMIO_DIRTY_TRACKING` takes them.
+    pub fn from_name(name: &str) -> Option<DirtyTracking> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(DirtyTracking::Auto),
+            "sync" => Some(DirtyTracking::Sync),
+            "async" => Some(DirtyTracking::Async),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](DirtyTracking::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DirtyTracking::Auto => "auto",
+            DirtyTracking::Sync => "sync",
+            DirtyTracking::Async => "async",
+        }
+    }
+}
+
 /// What the kernel's userfaultfd offers, probed once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelFeatures {
@@ -84,6 +130,11 @@ impl KernelFeatures {
     /// `UFFDIO_POISON`: failed reads raise SIGBUS in the faulting thread.
     pub fn poison(&self) -> bool {
         self.bits & feature::POISON != 0
+    }
+    /// Asynchronous write-protection (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+)
+    /// and `PAGEMAP_SCAN` to read it: what [`DirtyTracking::Async`] needs.
+    pub fn async_dirty_tracking(&self) -> bool {
+        self.bits & feature::WP_ASYNC != 0 && pagemap_scan_works()
     }
     /// Names of the features present.
     pub fn names(&self) -> Vec<&'static str> {
@@ -141,4 +192,45 @@ pub(crate) fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {
                 .map_err(|_| unavailable(full)),
         },
     }
+}
+
+/// Whether `/proc/self/pagemap` takes `PAGEMAP_SCAN` (Linux 6.7+), probed
+/// once per process.
+fn pagemap_scan_works() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| Pagemap::open().is_ok())
+}
+
+/// What a runtime asks of each userfaultfd it opens.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct UffdWants {
+    /// `UFFD_FEATURE_SIGBUS`: the in-thread fault service.
+    pub sigbus: bool,
+    /// `UFFD_FEATURE_EVENT_REMOVE`.
+    pub remove_events: bool,
+    /// `UFFD_FEATURE_WP_ASYNC` ([`DirtyTracking::Async`]; the kernel turns
+    /// `UFFD_FEATURE_WP_UNPOPULATED` on with it, which asynchronous
+    /// write-protection of anonymous memory relies on).
+    pub wp_async: bool,
+}
+
+/// Negotiates a new userfaultfd's features (`UFFDIO_API`, once per
+/// descriptor): write-protect faults, poison and thread ids where the
+/// kernel has them, and what `wants` asks for. The one place a runtime
+/// sets a userfaultfd's features, so that every descriptor it opens gets
+/// the same.
+pub(crate) fn configure_uffd(uffd: &Uffd, kernel: &KernelFeatures, wants: UffdWants) -> Result<()> {
+    let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
+    if wants.sigbus {
+        wanted |= feature::SIGBUS;
+    }
+    if wants.remove_events {
+        wanted |= feature::EVENT_REMOVE;
+    }
+    if wants.wp_async {
+        wanted |= feature::WP_ASYNC | feature::WP_UNPOPULATED;
+    }
+    uffd.api(kernel.bits() & wanted)
+        .map(|_| ())
+        .map_err(|e| Error::os("UFFDIO_API", e))
 }

@@ -10,7 +10,9 @@ use crate::config::{Builder, RuntimeConfig};
 use crate::env::EnvConfig;
 use crate::error::{Error, Result};
 use crate::in_thread::{self, FaultService};
-use crate::kernel::{KernelFeatures, UffdMode, kernel_features, open_uffd};
+use crate::kernel::{
+    DirtyTracking, KernelFeatures, UffdMode, UffdWants, configure_uffd, kernel_features, open_uffd,
+};
 use crate::process::ProcessRuntime;
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -51,17 +53,32 @@ impl Builder {
         } else {
             FaultService::Fillers
         };
-        let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
         if in_thread {
             in_thread::ensure_installed()?;
-            wanted |= feature::SIGBUS;
         }
         settings.cfg.remove_events &= features.bits() & feature::EVENT_REMOVE != 0;
-        if settings.cfg.remove_events {
-            wanted |= feature::EVENT_REMOVE;
-        }
-        uffd.api(features.bits() & wanted)
-            .map_err(|e| Error::os("UFFDIO_API", e))?;
+        let wp_async = match settings.cfg.dirty_tracking {
+            DirtyTracking::Sync => false,
+            DirtyTracking::Async if !features.async_dirty_tracking() => {
+                return Err(Error::Unsupported(
+                    "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN \
+                     (Linux 6.7)",
+                ));
+            }
+            DirtyTracking::Async => true,
+            DirtyTracking::Auto => features.async_dirty_tracking(),
+        };
+        settings.cfg.dirty_tracking = if wp_async {
+            DirtyTracking::Async
+        } else {
+            DirtyTracking::Sync
+        };
+        let wants = UffdWants {
+            sigbus: in_thread,
+            remove_events: settings.cfg.remove_events,
+            wp_async,
+        };
+        configure_uffd(&uffd, &features, wants)?;
         // In-thread, no fault event is ever queued: no filler is needed.
         let fillers = if in_thread { 0 } else { settings.cfg.fillers };
         // With remove events, the evictors also drop the pages the
@@ -157,6 +174,13 @@ impl Runtime {
         } else {
             FaultService::Fillers
         }
+    }
+
+    /// How this runtime learns which pages were written:
+    /// [`DirtyTracking::Sync`] or [`DirtyTracking::Async`] (what `Auto`
+    /// became).
+    pub fn dirty_tracking(&self) -> DirtyTracking {
+        self.inner.shared.cfg().dirty_tracking
     }
 
     /// Refuses further maps; existing mappings keep working until they are

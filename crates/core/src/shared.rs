@@ -73,6 +73,18 @@ pub(crate) struct Shared {
     /// Eviction batches under way: their victims are out of the policy
     /// until each is evicted or given back.
     evicting: AtomicU32,
+    /// `/proc/self/pagemap` with asynchronous dirty tracking
+    /// ([`DirtyTracking::Async`](crate::DirtyTracking::Async)): the kernel
+    /// resolves first writes, and `dirty.rs` reads which pages were
+    /// written. `None`: write-protect faults tell umio (sync).
+    pagemap: Option<crate::sys::pagemap::Pagemap>,
+    /// Where evictions take victims under asynchronous dirty tracking
+    /// (`dirty.rs`); `None` without it, or without `UFFDIO_MOVE`, or with
+    /// remove events (a drop of the scratch would queue one).
+    move_scratch: Option<Mutex<crate::dirty::MoveScratch>>,
+    /// When the evictors last looked for pages written behind umio's back
+    /// (`now_ms`), with asynchronous dirty tracking.
+    pub(crate) harvested_at: AtomicU64,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -205,6 +217,22 @@ impl Shared {
     pub fn new(s: Settings, uffd: Uffd, features: KernelFeatures) -> Result<Shared> {
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
         let in_thread = s.cfg.fault_service == FaultService::InThread;
+        let pagemap = if s.cfg.dirty_tracking == crate::DirtyTracking::Async {
+            Some(
+                crate::sys::pagemap::Pagemap::open()
+                    .map_err(|e| Error::os("PAGEMAP_SCAN on /proc/self/pagemap", e))?,
+            )
+        } else {
+            None
+        };
+        let move_scratch = if pagemap.is_some()
+            && features.bits() & crate::sys::uffd::feature::MOVE != 0
+            && !s.cfg.remove_events
+        {
+            crate::dirty::MoveScratch::new(&uffd).map(Mutex::new)
+        } else {
+            None
+        };
         if in_thread {
             // The in-thread service calls the policies from a signal
             // handler: room for every page the pools can hold, now.
@@ -243,6 +271,9 @@ impl Shared {
             removals: crate::remove::Removals::default(),
             started: Instant::now(),
             evicting: AtomicU32::new(0),
+            pagemap,
+            move_scratch,
+            harvested_at: AtomicU64::new(0),
         })
     }
 
@@ -301,6 +332,19 @@ impl Shared {
     #[inline]
     pub fn in_thread(&self) -> bool {
         self.in_thread
+    }
+
+    /// `/proc/self/pagemap` if dirty tracking is asynchronous: the kernel
+    /// resolves first writes to clean pages itself (see `dirty.rs`).
+    /// See `dirty.rs`: the scratch evictions move victims to.
+    #[inline]
+    pub fn move_scratch(&self) -> Option<&Mutex<crate::dirty::MoveScratch>> {
+        self.move_scratch.as_ref()
+    }
+
+    #[inline]
+    pub fn pagemap(&self) -> Option<&crate::sys::pagemap::Pagemap> {
+        self.pagemap.as_ref()
     }
 
     /// Wakes the threads waiting for pages of `addr..addr+len` that were

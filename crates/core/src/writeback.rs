@@ -180,6 +180,9 @@ impl Shared {
         region: &Region,
         pages: Range<usize>,
     ) -> std::result::Result<(), StoreError> {
+        // Asynchronous dirty tracking: pages written behind umio's back
+        // are dirty too (`dirty.rs`).
+        self.harvest(region, pages.clone());
         let mut first: Option<StoreError> = None;
         let max_run = (MAX_WRITE / region.page_size).max(1);
         let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);

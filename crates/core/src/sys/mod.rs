@@ -15,6 +15,8 @@
 //!   a SIGBUS again, `errno` in a handler, signal masks and the alternate
 //!   signal stack, `pthread_atfork`, futexes, `gettid`, the in-thread
 //!   service's stacks and the switch onto one;
+//! - `pagemap.rs`: `PAGEMAP_SCAN` on `/proc/self/pagemap`, which pages
+//!   were written (asynchronous dirty tracking);
 //! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
 //!   trigger.
 //!
@@ -47,6 +49,7 @@
 //! feature query, and mishandles partial copies (docs/ARCHITECTURE.md).
 
 pub(crate) mod mm;
+pub(crate) mod pagemap;
 pub(crate) mod poller;
 pub(crate) mod proc;
 pub(crate) mod signal;
