@@ -296,25 +296,66 @@ impl Shared {
         if ps * run.len() > SCRATCH_BYTES {
             return 0;
         }
-        // 0: absent (left to the caller's drop), 1: present, unwritten,
-        // 2: written (kept).
+        // 0: absent, in part or whole (left to the caller's drop); 1:
+        // present, unwritten; 2: written (kept).
         let mut what = [0u8; 512];
         let what = &mut what[..run.len().min(512)];
+        // Kernel pages present per region page.
+        let mut present = [0u16; 512];
+        let sub = (ps / crate::MIN_PAGE_SIZE) as u16;
         let pm = self.pagemap().expect("async tracking");
         let scanned = pm.scan_present(base, base + len, |a, e, written| {
-            for p in region.page_of(a)..=region.page_of(e - 1) {
-                if let Some(k) = p.checked_sub(first).filter(|&k| k < what.len()) {
-                    // A region page of several kernel pages: written if
-                    // any of them is.
-                    what[k] = what[k].max(if written { 2 } else { 1 });
+            let mut at = a;
+            while at < e {
+                let k = region.page_of(at) - first;
+                if k < what.len() {
+                    present[k] += 1;
+                    if written {
+                        what[k] = 2;
+                    }
                 }
+                at += crate::MIN_PAGE_SIZE;
             }
         });
         match scanned {
             Ok(n) => {
                 self.counters().dirty_scans.fetch_add(n, Relaxed);
+                for (w, &n) in what.iter_mut().zip(present.iter()) {
+                    if *w == 0 && n == sub {
+                        *w = 1;
+                    }
+                }
             }
             // Nothing known: keep them all (their writes are found later).
+            Err(_) => what.iter_mut().for_each(|w| *w = 2),
+        }
+        // The copy of what is to move, before the scan that says it was
+        // not written: a write after the copy shows in the scan (if before
+        // it) or in the comparison (if after it).
+        for (k, _) in what.iter().enumerate().filter(|(_, w)| **w == 1) {
+            let at = k * ps;
+            // SAFETY: the page is present (just scanned), held busy by this
+            // thread (nothing fills, evicts or unmaps it) and private to
+            // this process; `copy` has room for the run.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (base + at) as *const u8,
+                    s.copy[at..at + ps].as_mut_ptr(),
+                    ps,
+                );
+            }
+        }
+        let rescanned = pm.scan(base, base + len, false, |a, e| {
+            for p in region.page_of(a)..=region.page_of(e - 1) {
+                if let Some(k) = p.checked_sub(first).filter(|&k| k < what.len()) {
+                    what[k] = 2;
+                }
+            }
+        });
+        match rescanned {
+            Ok(n) => {
+                self.counters().dirty_scans.fetch_add(n, Relaxed);
+            }
             Err(_) => what.iter_mut().for_each(|w| *w = 2),
         }
         let mut kept = 0;
@@ -334,16 +375,6 @@ impl Shared {
             }
             let (from, n) = (base + k * ps, (m - k) * ps);
             let off = k * ps;
-            // SAFETY: the pages are present (just scanned), held busy by
-            // this thread (nothing fills, evicts or unmaps them) and
-            // private to this process; `copy` has room for the run.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    from as *const u8,
-                    s.copy[off..off + n].as_mut_ptr(),
-                    n,
-                );
-            }
             let moved = match self.uffd().move_pages(s.area + off, from, n) {
                 Ok(()) => n,
                 Err((moved, _)) => moved,

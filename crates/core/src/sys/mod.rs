@@ -28,8 +28,9 @@
 //!   (`RcuCell`), `fork.rs` (`ForkMutex`, and its guard's access to the
 //!   data);
 //! - the memory a region maps, read as a slice: `Mapping`'s accessors
-//!   (`mapping.rs`) and the dirty run handed to the store in
-//!   `writeback.rs`; the pages' lifetime is the region's protocol, not a
+//!   (`mapping.rs`), the dirty run handed to the store in
+//!   `writeback.rs`, and the eviction victims copied and compared in
+//!   `dirty.rs` (with the scratch they are moved to); the pages' lifetime is the region's protocol, not a
 //!   kernel interface;
 //! - public `unsafe fn`s whose contract is the caller's:
 //!   `MapOptions::fixed_address` and `Mapping::unmap_range_shared`
