@@ -244,21 +244,23 @@ impl Shared {
     /// scan and the move and is put back, dirty. The pages to keep, dirty,
     /// are marked `Empty` in `locked`; the caller unlocks them. Returns
     /// how many. Pages the kernel would not move (a promoted 2 MiB range,
-    /// a hugetlb region, memory shared with a fork child, a busy scratch
-    /// in a signal handler) are only scanned: a write between that scan
-    /// and the caller's `MADV_DONTNEED` is lost there.
+    /// a hugetlb region, memory shared with a fork child) are only
+    /// scanned: a write between that scan and the caller's
+    /// `MADV_DONTNEED` is lost there. `None`: a signal handler found the
+    /// scratch busy, and nothing may be dropped (the caller gives the
+    /// pages back as they are).
     pub(crate) fn snatch_locked(
         &self,
         region: &Region,
         locked: &mut [(usize, PageState)],
         in_signal: bool,
         whole_pages: bool,
-    ) -> usize {
+    ) -> Option<usize> {
         if self.pagemap().is_none() || !region.writable {
-            return 0;
+            return Some(0);
         }
         let guard = match (self.move_scratch(), region.hugetlb || !whole_pages) {
-            (Some(m), false) if in_signal => m.try_lock().ok(),
+            (Some(m), false) if in_signal => Some(m.try_lock().ok()?),
             (Some(m), false) => Some(m.lock().unwrap_or_else(|e| e.into_inner())),
             _ => None,
         };
@@ -268,7 +270,7 @@ impl Shared {
                 e.1 = PageState::Empty;
                 kept += 1;
             });
-            return kept;
+            return Some(kept);
         };
         let ps = region.page_size;
         let per = (SCRATCH_BYTES / ps).max(1);
@@ -283,7 +285,7 @@ impl Shared {
             kept += self.snatch_run(region, &mut locked[i..j], &mut scratch);
             i = j;
         }
-        kept
+        Some(kept)
     }
 
     /// [`snatch_locked`](Shared::snatch_locked) of one run of consecutive

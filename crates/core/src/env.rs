@@ -376,6 +376,7 @@ mod tests {
             ("UMIO_UFFD_MODE", "user"),
             ("UMIO_PAGE_CACHE", "on"),
             ("UMIO_REMOVE_EVENTS", "1"),
+            ("UMIO_DIRTY_TRACKING", "Sync"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -393,6 +394,7 @@ mod tests {
         assert_eq!(e.uffd_mode, Some(UffdMode::UserModeOnly));
         assert_eq!(e.page_cache, Some(true));
         assert_eq!(e.remove_events, Some(true));
+        assert_eq!(e.dirty_tracking, Some(DirtyTracking::Sync));
     }
 
     #[test]
@@ -459,6 +461,7 @@ mod tests {
             ("UMIO_UFFD_MODE", "sometimes"),
             ("UMIO_PAGE_CACHE", "maybe"),
             ("UMIO_REMOVE_EVENTS", "sometimes"),
+            ("UMIO_DIRTY_TRACKING", "lazy"),
             ("UMAP_BUFSIZE", "-1"),
             ("UMAP_PAGE_FILLERS", "x"),
             ("UMAP_READ_AHEAD", "x"),

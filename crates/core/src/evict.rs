@@ -653,8 +653,21 @@ impl Shared {
         // rest are taken out of the region at once (`dirty.rs`). Those to
         // keep are marked Empty (no held page is).
         if self.pagemap().is_some() {
-            let kept =
-                self.snatch_locked(region, &mut w.locked, w.in_signal, pooled.is_empty());
+            let Some(kept) =
+                self.snatch_locked(region, &mut w.locked, w.in_signal, pooled.is_empty())
+            else {
+                // A signal handler found the scratch busy: every page back
+                // as it is (clean: a signal handler evicts no dirty page),
+                // to the policy; the evictors evict.
+                for &(p, _) in &w.locked {
+                    if region.pages.unlock(p, PageState::Clean) {
+                        self.wake(region.page_addr(p), region.page_size);
+                    }
+                    self.policy_of(region).restore(region.key(p));
+                }
+                w.locked.clear();
+                return 0;
+            };
             if kept > 0 {
                 self.count_dirty(region, kept);
                 self.counters()
