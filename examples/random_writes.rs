@@ -56,7 +56,12 @@ fn main() -> Result<()> {
         // SAFETY: inside the mapping of `len` bytes at `base`, 8-aligned.
         unsafe {
             let p = base.add(page * PAGE + word * 8) as *mut u64;
-            p.write_volatile(p.read_volatile().wrapping_add(1));
+            // A load, then a store (`black_box` keeps the compiler from
+            // fusing them into one `inc` instruction, whose fault would be
+            // a write miss): a read miss, then a first write to a clean
+            // page, as a program that reads a record and updates it.
+            let v = std::hint::black_box(p.read_volatile());
+            p.write_volatile(v.wrapping_add(1));
         }
     };
     let (secs, wp, first, scans, evicted_dirty) = match side {

@@ -9,7 +9,7 @@ dir=$1; rounds=$2; ops=$3; shift 3
 sides=${*:-"mmap umio umio-sync"}
 budget=$((256 << 20))
 cache_mib=240
-bin=target/release/examples/random_writes
+bin=${BIN:-target/release/examples/random_writes}
 file=$dir/rw-1g.bin
 mkdir -p "$dir"
 if [ ! -f "$file" ] || [ "$(stat -c %s "$file")" -ne $((1 << 30)) ]; then

@@ -179,11 +179,17 @@ fn enospc(svc: FaultService) {
     let data = pattern(PAGES * PAGE);
     let store = Arc::new(FaultyStore::new(MemoryStore::new(data.clone())));
     store.fail_writes(FaultTrigger::Always, libc::ENOSPC);
+    // Write refusal at the first write to a clean page needs the write
+    // to fault: synchronous dirty tracking. With asynchronous tracking the
+    // kernel lets writes to resident clean pages through (README, "failing
+    // storage"), and this cache of 16 pages would fill with dirty pages the
+    // store refuses (`tests/dirty_tracking.rs` checks what async does).
     let rt = Runtime::builder()
         .cache_bytes(16 * PAGE as u64)
         .page_size(PAGE)
         .fillers(2)
         .fault_service(svc)
+        .dirty_tracking(umio::DirtyTracking::Sync)
         .build()
         .unwrap();
     // SAFETY: nothing but this mapping changes the store while a slice of it lives.

@@ -47,7 +47,7 @@ use crate::region::Region;
 use crate::shared::Shared;
 
 /// Evictor rounds look for written pages at most this often.
-pub(crate) const HARVEST_EVERY_MS: u64 = 20;
+pub(crate) const HARVEST_EVERY_MS: u64 = 50;
 
 /// Locked pages further apart than this are scanned separately.
 const SCAN_GAP: usize = 64;

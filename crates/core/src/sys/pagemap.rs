@@ -56,7 +56,7 @@ const PAGE_IS_WRITTEN: u64 = 1 << 1;
 const PAGE_IS_PRESENT: u64 = 1 << 3;
 
 /// Reports per call, at most (on the stack).
-const BATCH: usize = 32;
+const BATCH: usize = 256;
 
 /// `/proc/self/pagemap`, opened once per runtime.
 #[derive(Debug)]
