@@ -39,7 +39,11 @@ const SERVICES: [FaultService; 2] = [FaultService::Fillers, FaultService::InThre
 
 #[test]
 fn auto_resolves_and_is_reported() {
-    let rt = Runtime::builder().cache_bytes(1 << 20).build().unwrap();
+    let rt = Runtime::builder()
+        .cache_bytes(1 << 20)
+        .dirty_tracking(DirtyTracking::Auto)
+        .build()
+        .unwrap();
     let want = if has_async() {
         DirtyTracking::Async
     } else {
@@ -154,6 +158,12 @@ fn written_clean_pages_survive_eviction() {
             if tracking == DirtyTracking::Async {
                 assert_eq!(st.wp_faults, 0, "{what}: {st}");
                 assert!(st.scan_dirtied_pages > 0, "{what}: {st}");
+                // Victims are taken out with UFFDIO_MOVE (Linux 6.8+).
+                let has_move = kernel_features().unwrap().names().contains(&"MOVE");
+                assert!(
+                    !has_move || st.moved_victims > 0,
+                    "{what}: no victim moved: {st:?}"
+                );
             }
             assert_same(&map[..], &model, &format!("{what}: mapping"));
             map.flush().unwrap();

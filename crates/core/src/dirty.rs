@@ -381,6 +381,9 @@ impl Shared {
                 Ok(()) => n,
                 Err((moved, _)) => moved,
             };
+            self.counters()
+                .moved_victims
+                .fetch_add((moved / ps) as u64, Relaxed);
             // A region page of several kernel pages may have moved in part.
             for q in k..k + moved.div_ceil(ps) {
                 let at = q * ps;

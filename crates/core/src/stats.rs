@@ -102,6 +102,10 @@ counters! {
     /// With asynchronous dirty tracking: clean pages those scans found
     /// written (the first writes the kernel resolved without umio).
     scan_dirtied_pages,
+    /// With asynchronous dirty tracking: eviction victims taken out of
+    /// their region with `UFFDIO_MOVE` (so that no write is lost while
+    /// they are dropped); the others were only scanned.
+    moved_victims,
     /// Faults on a page another thread was already filling or changing:
     /// coalesced, no second read.
     coalesced,
