@@ -36,7 +36,9 @@ fn main() -> Result<()> {
     let path = &args[1];
     let ops: usize = args[2].parse()?;
     let cache_mib: u64 = args[3].parse()?;
-    let mut seed: u64 = args.get(4).map_or(Ok(0x9e37_79b9_7f4a_7c15), |s| s.parse())?;
+    let mut seed: u64 = args
+        .get(4)
+        .map_or(Ok(0x9e37_79b9_7f4a_7c15), |s| s.parse())?;
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let len = file.metadata()?.len() as usize;
     let pages = len / PAGE;
@@ -113,9 +115,19 @@ fn main() -> Result<()> {
             map.flush()?;
             let secs = t.elapsed().as_secs_f64();
             let s = rt.stats();
-            eprintln!("{side}: tracking {:?}, service {:?}\n{s}", rt.dirty_tracking(), rt.fault_service());
+            eprintln!(
+                "{side}: tracking {:?}, service {:?}\n{s}",
+                rt.dirty_tracking(),
+                rt.fault_service()
+            );
             map.unmap()?;
-            (secs, s.wp_faults, s.first_writes(), s.dirty_scans, s.evicted_dirty_pages)
+            (
+                secs,
+                s.wp_faults,
+                s.first_writes(),
+                s.dirty_scans,
+                s.evicted_dirty_pages,
+            )
         }
         other => return Err(format!("unknown side {other}").into()),
     };

@@ -69,10 +69,17 @@ fn auto_resolves_and_is_reported() {
 
 #[test]
 fn names_round_trip() {
-    for t in [DirtyTracking::Auto, DirtyTracking::Sync, DirtyTracking::Async] {
+    for t in [
+        DirtyTracking::Auto,
+        DirtyTracking::Sync,
+        DirtyTracking::Async,
+    ] {
         assert_eq!(DirtyTracking::from_name(t.name()), Some(t));
     }
-    assert_eq!(DirtyTracking::from_name(" ASYNC "), Some(DirtyTracking::Async));
+    assert_eq!(
+        DirtyTracking::from_name(" ASYNC "),
+        Some(DirtyTracking::Async)
+    );
     assert_eq!(DirtyTracking::from_name("lazy"), None);
 }
 

@@ -561,7 +561,8 @@ fn two_mib_pages_of_ordinary_memory_track_first_writes_through_eviction() {
         if round == 0 {
             assert_eq!(st.evicted_pages, 0, "{st:?}");
             assert_eq!(
-                st.first_writes(), 12,
+                st.first_writes(),
+                12,
                 "every page's first write was seen: {st:?}"
             );
         } else {

@@ -290,7 +290,12 @@ impl Shared {
 
     /// [`snatch_locked`](Shared::snatch_locked) of one run of consecutive
     /// pages that fits the scratch.
-    fn snatch_run(&self, region: &Region, run: &mut [(usize, PageState)], s: &mut MoveScratch) -> usize {
+    fn snatch_run(
+        &self,
+        region: &Region,
+        run: &mut [(usize, PageState)],
+        s: &mut MoveScratch,
+    ) -> usize {
         let ps = region.page_size;
         let first = run[0].0;
         let base = region.page_addr(first);
@@ -385,7 +390,8 @@ impl Shared {
                 .moved_victims
                 .fetch_add((moved / ps) as u64, Relaxed);
             // A region page of several kernel pages may have moved in part.
-            for q in k..k + moved.div_ceil(ps) {
+            let moved_pages = moved.div_ceil(ps);
+            for (q, entry) in run.iter_mut().enumerate().skip(k).take(moved_pages) {
                 let at = q * ps;
                 let part = ps.min(off + moved - at);
                 // SAFETY: the scratch's pages just received moved pages;
@@ -393,15 +399,14 @@ impl Shared {
                 let now = unsafe { std::slice::from_raw_parts((s.area + at) as *const u8, part) };
                 if now != &s.copy[at..at + part] || part < ps {
                     // Written between the scan and the move: back, dirty.
-                    let _ = self
-                        .uffd()
-                        .copy(base + at, now, false, true)
-                        .map_err(|e| crate::report::error(crate::report::Report::CopyFailed {
+                    let _ = self.uffd().copy(base + at, now, false, true).map_err(|e| {
+                        crate::report::error(crate::report::Report::CopyFailed {
                             region: region.id,
                             page: (first + q) as u64,
                             errno: e,
-                        }));
-                    run[q].1 = PageState::Empty;
+                        })
+                    });
+                    entry.1 = PageState::Empty;
                     kept += 1;
                 }
             }

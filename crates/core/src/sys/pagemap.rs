@@ -69,7 +69,8 @@ impl Pagemap {
     /// (a scan of one page of this thread's stack): `Err` with the errno
     /// otherwise (`ENOTTY` or `EINVAL` before Linux 6.7).
     pub(crate) fn open() -> Result<Pagemap, i32> {
-        let file = File::open("/proc/self/pagemap").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let file =
+            File::open("/proc/self/pagemap").map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let pm = Pagemap { file };
         let probe = 0u64;
         let page = (&probe as *const u64 as usize) & !4095;
