@@ -243,9 +243,10 @@ impl Shared {
     /// moved with the copy: a page that differs was written between the
     /// scan and the move and is put back, dirty. The pages to keep, dirty,
     /// are marked `Empty` in `locked`; the caller unlocks them. Returns
-    /// how many. Pages the kernel would not move (a promoted 2 MiB range,
-    /// a hugetlb region, memory shared with a fork child) are only
-    /// scanned: a write between that scan and the caller's
+    /// how many. Pages the kernel refuses to move stay, dirty. Where the
+    /// scratch cannot be used (a promoted 2 MiB range, a hugetlb region,
+    /// remove events on, a kernel without `UFFDIO_MOVE`) the victims are
+    /// only scanned: a write between that scan and the caller's
     /// `MADV_DONTNEED` is lost there. `None`: a signal handler found the
     /// scratch busy, and nothing may be dropped (the caller gives the
     /// pages back as they are).
@@ -384,7 +385,13 @@ impl Shared {
             let off = k * ps;
             let moved = match self.uffd().move_pages(s.area + off, from, n) {
                 Ok(()) => n,
-                Err((moved, _)) => moved,
+                Err((moved, e)) => {
+                    self.counters()
+                        .unmoved_victims
+                        .fetch_add(((n - moved) / ps) as u64, Relaxed);
+                    log::debug!("umio: UFFDIO_MOVE of an eviction victim refused: errno {e}");
+                    moved
+                }
             };
             self.counters()
                 .moved_victims
@@ -410,7 +417,13 @@ impl Shared {
                     kept += 1;
                 }
             }
-            // What did not move (the kernel refused) is only scanned.
+            // What did not move (the kernel refused) stays, counted dirty:
+            // it may be written at any moment, and only a move would tell.
+            // Written back by a later eviction, it is tried again then.
+            for entry in run.iter_mut().take(m).skip(k + moved_pages) {
+                entry.1 = PageState::Empty;
+                kept += 1;
+            }
             k = m;
         }
         let _ = crate::sys::mm::advise(s.area, len, libc::MADV_DONTNEED);

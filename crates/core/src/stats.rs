@@ -106,6 +106,9 @@ counters! {
     /// their region with `UFFDIO_MOVE` (so that no write is lost while
     /// they are dropped); the others were only scanned.
     moved_victims,
+    /// Of the victims to move, those the kernel refused to move (only
+    /// scanned, then dropped).
+    unmoved_victims,
     /// Faults on a page another thread was already filling or changing:
     /// coalesced, no second read.
     coalesced,

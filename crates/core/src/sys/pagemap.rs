@@ -166,13 +166,13 @@ mod tests {
     use super::*;
     use crate::sys::uffd::{Uffd, feature};
 
-    /// Every other page of 1 MiB written: more runs than one call reports,
+    /// Every other page of 4 MiB written: more runs than one call reports,
     /// all found, and found again (the scan only reads the bits); written
     /// back with `UFFDIO_WRITEPROTECT`, found clean.
     #[test]
     fn finds_every_written_page_across_calls() {
         const PAGE: usize = 4096;
-        const PAGES: usize = 256;
+        const PAGES: usize = 1024;
         let Ok(pm) = Pagemap::open() else {
             eprintln!("no PAGEMAP_SCAN on this kernel: skipped");
             return;
