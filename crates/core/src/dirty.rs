@@ -243,7 +243,10 @@ impl Shared {
     /// moved with the copy: a page that differs was written between the
     /// scan and the move and is put back, dirty. The pages to keep, dirty,
     /// are marked `Empty` in `locked`; the caller unlocks them. Returns
-    /// how many. Pages the kernel refuses to move stay, dirty. Where the
+    /// how many. Pages the kernel refuses to move for now (`EAGAIN`,
+    /// `EBUSY`) are given back as they are, their entries marked
+    /// `usize::MAX` (the caller forgets them); those it cannot move are
+    /// scanned once more and dropped unless written. Where the
     /// scratch cannot be used (a promoted 2 MiB range, a hugetlb region,
     /// remove events on, a kernel without `UFFDIO_MOVE`) the victims are
     /// only scanned: a write between that scan and the caller's
@@ -383,13 +386,14 @@ impl Shared {
             }
             let (from, n) = (base + k * ps, (m - k) * ps);
             let off = k * ps;
+            let mut refused = None;
             let moved = match self.uffd().move_pages(s.area + off, from, n) {
                 Ok(()) => n,
                 Err((moved, e)) => {
                     self.counters()
                         .unmoved_victims
                         .fetch_add(((n - moved) / ps) as u64, Relaxed);
-                    log::debug!("umio: UFFDIO_MOVE of an eviction victim refused: errno {e}");
+                    refused = Some(e);
                     moved
                 }
             };
@@ -417,12 +421,45 @@ impl Shared {
                     kept += 1;
                 }
             }
-            // What did not move (the kernel refused) stays, counted dirty:
-            // it may be written at any moment, and only a move would tell.
-            // Written back by a later eviction, it is tried again then.
-            for entry in run.iter_mut().take(m).skip(k + moved_pages) {
-                entry.1 = PageState::Empty;
-                kept += 1;
+            // What did not move: for a passing refusal (a page the kernel
+            // is busy with), given back as it is (not evicted now, nothing
+            // lost: a write shows in a later scan), its entry marked
+            // `usize::MAX` for the caller to forget. For another (the
+            // kernel cannot move such memory), looked at once more and
+            // left to the caller's drop unless written.
+            let unmoved = k + moved_pages..m;
+            if matches!(refused, Some(libc::EAGAIN | libc::EBUSY)) {
+                for entry in run.iter_mut().take(unmoved.end).skip(unmoved.start) {
+                    if region.pages.unlock(entry.0, PageState::Clean) {
+                        self.wake(region.page_addr(entry.0), ps);
+                    }
+                    self.policy_of(region).restore(region.key(entry.0));
+                    entry.0 = usize::MAX;
+                }
+            } else if !unmoved.is_empty() {
+                let r = pm.scan(
+                    base + unmoved.start * ps,
+                    base + unmoved.end * ps,
+                    false,
+                    |a, e| {
+                        for p in region.page_of(a)..=region.page_of(e - 1) {
+                            if let Some(k) = p.checked_sub(first).filter(|&k| k < what.len()) {
+                                what[k] = 2;
+                            }
+                        }
+                    },
+                );
+                for (q, entry) in run
+                    .iter_mut()
+                    .enumerate()
+                    .take(unmoved.end)
+                    .skip(unmoved.start)
+                {
+                    if r.is_err() || what[q] == 2 {
+                        entry.1 = PageState::Empty;
+                        kept += 1;
+                    }
+                }
             }
             k = m;
         }

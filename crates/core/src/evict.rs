@@ -668,6 +668,8 @@ impl Shared {
                 w.locked.clear();
                 return 0;
             };
+            // Victims given back as they were (`snatch_locked`).
+            w.locked.retain(|&(p, _)| p != usize::MAX);
             if kept > 0 {
                 self.count_dirty(region, kept);
                 self.counters()
