@@ -161,6 +161,10 @@ fn torture(policy: PolicyKind, ops: usize) {
         }
     }
     let st = s.rt.stats();
+    eprintln!(
+        "{st}\nmoved victims {}, unmoved {}",
+        st.moved_victims, st.unmoved_victims
+    );
     assert!(st.evicted_pages > 0 && st.evicted_dirty_pages > 0, "{st:?}");
     assert!(flushes.load(Ordering::Relaxed) > 0);
     for (r, map) in s.maps.iter().enumerate() {

@@ -12,7 +12,7 @@ use umio_cache::{EvictionPolicy, PolicyKind};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, PromoteKind};
 use crate::in_thread::FaultService;
-use crate::kernel::UffdMode;
+use crate::kernel::{DirtyTracking, UffdMode};
 use crate::prefetch::PrefetchKind;
 use crate::spin::FillerWait;
 
@@ -58,6 +58,8 @@ pub struct Builder {
     uffd_mode: UffdMode,
     /// `None`: `UMIO_FAULT_SERVICE`, else the default.
     fault_service: Option<FaultService>,
+    /// `None`: `UMIO_DIRTY_TRACKING`, else the default.
+    dirty_tracking: Option<DirtyTracking>,
     trace_faults: bool,
     page_cache: bool,
     remove_events: bool,
@@ -80,6 +82,7 @@ impl std::fmt::Debug for Builder {
             .field("promote", &self.promote)
             .field("uffd_mode", &self.uffd_mode)
             .field("fault_service", &self.fault_service)
+            .field("dirty_tracking", &self.dirty_tracking)
             .field("trace_faults", &self.trace_faults)
             .field("page_cache", &self.page_cache)
             .finish_non_exhaustive()
@@ -105,6 +108,7 @@ impl Default for Builder {
             promote: PromoteKind::default(),
             uffd_mode: UffdMode::default(),
             fault_service: None,
+            dirty_tracking: None,
             remove_events: DEFAULT_REMOVE_EVENTS,
             trace_faults: false,
             page_cache: false,
@@ -308,6 +312,20 @@ impl Builder {
         self
     }
 
+    /// How the runtime learns which pages were written: write-protect
+    /// faults served by umio ([`DirtyTracking::Sync`]), or the kernel's
+    /// asynchronous write-protection read back with `PAGEMAP_SCAN`
+    /// ([`DirtyTracking::Async`], Linux 6.7+: a first write to a clean page
+    /// costs what it costs under `mmap`). [`DirtyTracking::Auto`] (the
+    /// default) takes `Async` where the kernel has it. Unless set here, the
+    /// runtime takes `UMIO_DIRTY_TRACKING` (`auto`, `sync` or `async`) from
+    /// the environment; a malformed value fails [`build`](Builder::build).
+    /// What it became: [`Runtime::dirty_tracking`](crate::Runtime::dirty_tracking).
+    pub fn dirty_tracking(mut self, tracking: DirtyTracking) -> Self {
+        self.dirty_tracking = Some(tracking);
+        self
+    }
+
     /// Whether the runtime asks the kernel for remove events
     /// (`UFFD_FEATURE_EVENT_REMOVE`), so that the application's own
     /// `madvise(MADV_DONTNEED)` or `MADV_FREE` on umio memory (called
@@ -423,6 +441,9 @@ impl Builder {
         if let Some(m) = env.uffd_mode {
             self.uffd_mode = m;
         }
+        if let Some(t) = env.dirty_tracking {
+            self.dirty_tracking = Some(t);
+        }
         let window = env.read_ahead_bytes(self.page_size)?;
         if env.prefetch.is_some() || window.is_some() {
             let (was_stride, was_window) = match self.prefetch {
@@ -467,6 +488,15 @@ impl Builder {
                 None => FaultService::default(),
             },
         };
+        let dirty_tracking = match self.dirty_tracking {
+            Some(t) => t,
+            None => match env_var("UMIO_DIRTY_TRACKING") {
+                Some(v) => DirtyTracking::from_name(&v).ok_or(Error::InvalidArgument(
+                    "UMIO_DIRTY_TRACKING must be auto, sync or async",
+                ))?,
+                None => DirtyTracking::default(),
+            },
+        };
         Builder::check_fillers(self.fillers)?;
         Builder::check_max_fault_events(self.max_fault_events)?;
         if let Some(n) = self.queue_depth {
@@ -503,6 +533,7 @@ impl Builder {
                 evictors: self.evictors,
                 page_cache: self.page_cache,
                 fault_service,
+                dirty_tracking,
                 remove_events: self.remove_events,
                 watermarks: (self.high_water, self.low_water),
                 eviction,
@@ -650,6 +681,8 @@ pub(crate) struct Config {
     /// mapped (`Shared::region_service`); the runtime's default for
     /// regions that declare nothing is resolved when it starts.
     pub fault_service: FaultService,
+    /// As asked, then resolved when the runtime starts: `Sync` or `Async`.
+    pub dirty_tracking: DirtyTracking,
     /// Remove events are on (`Builder::remove_events`, and the kernel has
     /// them: resolved when the runtime starts).
     pub remove_events: bool,
@@ -682,6 +715,7 @@ impl Config {
             promote: self.promote,
             uffd_mode: self.uffd_mode,
             fault_service: self.fault_service,
+            dirty_tracking: self.dirty_tracking,
             page_cache: self.page_cache,
             remove_events: self.remove_events,
         }
@@ -741,6 +775,9 @@ pub struct RuntimeConfig {
     /// [`FaultService::InThread`] (what `Auto` became for it). Each
     /// region's own: [`Mapping::fault_service`](crate::Mapping::fault_service).
     pub fault_service: FaultService,
+    /// How written pages are found: [`DirtyTracking::Sync`] or
+    /// [`DirtyTracking::Async`] (what `Auto` became).
+    pub dirty_tracking: DirtyTracking,
     /// [`Builder::page_cache`].
     pub page_cache: bool,
     /// Remove events are on: asked for ([`Builder::remove_events`]) and

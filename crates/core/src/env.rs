@@ -24,6 +24,7 @@
 //! | huge-page promotion | `UMIO_PROMOTE` | |
 //! | fault service | `UMIO_FAULT_SERVICE` | |
 //! | userfaultfd mode | `UMIO_UFFD_MODE` | |
+//! | dirty tracking | `UMIO_DIRTY_TRACKING` | |
 //! | kernel page cache | `UMIO_PAGE_CACHE` | |
 //! | remove events | `UMIO_REMOVE_EVENTS` | |
 //!
@@ -38,7 +39,7 @@ use crate::config::{DEFAULT_AUTO_SHARE, parse_size};
 use crate::error::{Error, Result};
 use crate::huge::PromoteKind;
 use crate::in_thread::FaultService;
-use crate::kernel::UffdMode;
+use crate::kernel::{DirtyTracking, UffdMode};
 use crate::parse::size;
 
 /// A `UMAP_*` variable's name and the error of a malformed value.
@@ -113,6 +114,8 @@ pub struct EnvConfig {
     pub fault_service: Option<FaultService>,
     /// `UMIO_UFFD_MODE`.
     pub uffd_mode: Option<UffdMode>,
+    /// `UMIO_DIRTY_TRACKING`.
+    pub dirty_tracking: Option<DirtyTracking>,
     /// `UMIO_PAGE_CACHE`.
     pub page_cache: Option<bool>,
     /// `UMIO_REMOVE_EVENTS`.
@@ -227,6 +230,11 @@ impl EnvConfig {
                 "UMIO_UFFD_MODE",
                 "UMIO_UFFD_MODE must be auto, full or user",
                 UffdMode::from_name,
+            )?,
+            dirty_tracking: r.parse(
+                "UMIO_DIRTY_TRACKING",
+                "UMIO_DIRTY_TRACKING must be auto, sync or async",
+                DirtyTracking::from_name,
             )?,
             page_cache: r.parse("UMIO_PAGE_CACHE", "UMIO_PAGE_CACHE is not 0 or 1", on_off)?,
             remove_events: r.parse(
@@ -376,6 +384,7 @@ mod tests {
             ("UMIO_UFFD_MODE", "user"),
             ("UMIO_PAGE_CACHE", "on"),
             ("UMIO_REMOVE_EVENTS", "1"),
+            ("UMIO_DIRTY_TRACKING", "Sync"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -394,6 +403,7 @@ mod tests {
         assert_eq!(e.uffd_mode, Some(UffdMode::UserModeOnly));
         assert_eq!(e.page_cache, Some(true));
         assert_eq!(e.remove_events, Some(true));
+        assert_eq!(e.dirty_tracking, Some(DirtyTracking::Sync));
     }
 
     #[test]
@@ -460,6 +470,7 @@ mod tests {
             ("UMIO_UFFD_MODE", "sometimes"),
             ("UMIO_PAGE_CACHE", "maybe"),
             ("UMIO_REMOVE_EVENTS", "sometimes"),
+            ("UMIO_DIRTY_TRACKING", "lazy"),
             ("UMAP_BUFSIZE", "-1"),
             ("UMAP_PAGE_FILLERS", "x"),
             ("UMAP_READ_AHEAD", "x"),

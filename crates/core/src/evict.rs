@@ -78,6 +78,8 @@ impl Shared {
     /// brought down to its low one, and a policy that tracks far more
     /// pages than its pool holds drops its stale entries.
     pub(crate) fn evict_round(&self, w: &mut Scratch) {
+        // Asynchronous dirty tracking: the dirty count follows the writes.
+        self.harvest_all();
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
         self.write_back_over_dirty_limit(w, pool, false);
@@ -586,6 +588,21 @@ impl Shared {
     /// the huge-page pool: that charge is released, and what of them stays
     /// resident is charged to the region's pool instead.
     fn evict_locked(&self, w: &mut Scratch, region: &Region, pooled: &[Range<usize>]) -> u64 {
+        // Asynchronous dirty tracking: victims held Clean may have been
+        // written since (`dirty.rs`); those are dirty victims.
+        if self.learn_locked(region, &mut w.locked) > 0 && w.in_signal {
+            // A signal handler writes nothing back: they stay, dirty.
+            w.locked.retain(|&(p, s)| {
+                if s != PageState::Dirty {
+                    return true;
+                }
+                if region.pages.unlock(p, s) {
+                    self.wake(region, region.page_addr(p), region.page_size);
+                }
+                self.policy_of(region).restore(region.key(p));
+                false
+            });
+        }
         w.pages.clear();
         w.pages.extend(
             w.locked
@@ -630,6 +647,45 @@ impl Shared {
                 self.policy_of(region).restore(region.key(p));
             }
             w.locked.retain(|(p, _)| failed.binary_search(p).is_err());
+        }
+        // Asynchronous dirty tracking: a page written while the others
+        // were written back (nothing held the write) stays, dirty; the
+        // rest are taken out of the region at once (`dirty.rs`). Those to
+        // keep are marked Empty (no held page is).
+        if self.pagemap().is_some() {
+            let Some(kept) =
+                self.snatch_locked(region, &mut w.locked, w.in_signal, pooled.is_empty())
+            else {
+                // A signal handler found the scratch busy: every page back
+                // as it is (clean: a signal handler evicts no dirty page),
+                // to the policy; the evictors evict.
+                for &(p, _) in &w.locked {
+                    if region.pages.unlock(p, PageState::Clean) {
+                        self.wake(region, region.page_addr(p), region.page_size);
+                    }
+                    self.policy_of(region).restore(region.key(p));
+                }
+                w.locked.clear();
+                return 0;
+            };
+            // Victims given back as they were (`snatch_locked`).
+            w.locked.retain(|&(p, _)| p != usize::MAX);
+            if kept > 0 {
+                self.count_dirty(region, kept);
+                self.counters()
+                    .scan_dirtied_pages
+                    .fetch_add(kept as u64, Relaxed);
+                w.locked.retain(|&(p, s)| {
+                    if s != PageState::Empty {
+                        return true;
+                    }
+                    if region.pages.unlock(p, PageState::Dirty) {
+                        self.wake(region, region.page_addr(p), region.page_size);
+                    }
+                    self.policy_of(region).restore(region.key(p));
+                    false
+                });
+            }
         }
         w.pages.clear();
         w.pages.extend(w.locked.iter().map(|&(p, _)| p));

@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
+use crate::sys::pagemap::Pagemap;
 use crate::sys::uffd::{OpenFailure, Uffd, feature};
 
 /// Which page faults a runtime's userfaultfd receives: see
@@ -47,6 +48,61 @@ impl UffdMode {
     }
 }
 
+/// How a runtime learns which pages were written: see
+/// [`Builder::dirty_tracking`](crate::Builder::dirty_tracking).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirtyTracking {
+    /// [`Sync`](DirtyTracking::Sync) for now, the default: asynchronous
+    /// tracking does not yet keep every guarantee of the synchronous path
+    /// (see [`Async`](DirtyTracking::Async)), so it is asked for by name.
+    #[default]
+    Auto,
+    /// Clean pages are write-protected, and the first write to one is a
+    /// write-protect fault served by umio (fillers or in-thread), which
+    /// counts the page dirty before the write goes on.
+    Sync,
+    /// `UFFD_FEATURE_WP_ASYNC`: the kernel resolves the first write to a
+    /// clean page itself, as it does for `mmap` (no round trip to user
+    /// space), and umio learns which pages were written with
+    /// `PAGEMAP_SCAN` when it needs to: before a flush or write-back, before
+    /// it evicts or unmaps pages, and on each evictor round (the dirty
+    /// count, and so the dirty limit, lags the writes by up to a round).
+    /// [`Builder::build`](crate::Builder::build) fails with
+    /// [`Error::Unsupported`] where the kernel lacks it.
+    ///
+    /// Not yet the default, because of what it does not keep: after a
+    /// failed write-back a write to a resident clean page is let through
+    /// (it stays dirty and the next flush reports the error) instead of
+    /// failing with SIGBUS; a store that keeps failing can fill the cache
+    /// with dirty pages readers then wait behind; and where an eviction
+    /// cannot take its victims out with `UFFDIO_MOVE` (hugetlb regions,
+    /// promoted 2 MiB ranges, runtimes with remove events, kernels before
+    /// 6.8) a write landing between the last scan and the drop is lost.
+    Async,
+}
+
+impl DirtyTracking {
+    /// By name, any case: `auto`, `sync` or `async`, as
+    /// `UMIO_DIRTY_TRACKING` takes them.
+    pub fn from_name(name: &str) -> Option<DirtyTracking> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(DirtyTracking::Auto),
+            "sync" => Some(DirtyTracking::Sync),
+            "async" => Some(DirtyTracking::Async),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](DirtyTracking::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DirtyTracking::Auto => "auto",
+            DirtyTracking::Sync => "sync",
+            DirtyTracking::Async => "async",
+        }
+    }
+}
+
 /// What the kernel's userfaultfd offers, probed once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelFeatures {
@@ -84,6 +140,11 @@ impl KernelFeatures {
     /// `UFFDIO_POISON`: failed reads raise SIGBUS in the faulting thread.
     pub fn poison(&self) -> bool {
         self.bits & feature::POISON != 0
+    }
+    /// Asynchronous write-protection (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+)
+    /// and `PAGEMAP_SCAN` to read it: what [`DirtyTracking::Async`] needs.
+    pub fn async_dirty_tracking(&self) -> bool {
+        self.bits & feature::WP_ASYNC != 0 && pagemap_scan_works()
     }
     /// Names of the features present.
     pub fn names(&self) -> Vec<&'static str> {
@@ -125,6 +186,7 @@ pub(crate) fn service_features(
     service: crate::in_thread::FaultService,
     offered: u64,
     remove_events: bool,
+    wp_async: bool,
 ) -> u64 {
     let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
     if service == crate::in_thread::FaultService::InThread {
@@ -132,6 +194,11 @@ pub(crate) fn service_features(
     }
     if remove_events {
         wanted |= feature::EVENT_REMOVE;
+    }
+    if wp_async {
+        // The kernel needs `UFFD_FEATURE_WP_UNPOPULATED` beside it for
+        // asynchronous write-protection of anonymous memory.
+        wanted |= feature::WP_ASYNC | feature::WP_UNPOPULATED;
     }
     offered & wanted
 }
@@ -183,3 +250,11 @@ pub(crate) fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {
         },
     }
 }
+
+/// Whether `/proc/self/pagemap` takes `PAGEMAP_SCAN` (Linux 6.7+), probed
+/// once per process.
+fn pagemap_scan_works() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| Pagemap::open().is_ok())
+}
+

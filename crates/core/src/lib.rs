@@ -8,6 +8,7 @@
 mod autosize;
 mod config;
 mod create;
+mod dirty;
 mod env;
 mod error;
 mod evict;
@@ -55,7 +56,7 @@ pub use error::{Errno, Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
 pub use in_thread::{FaultService, in_fault_handler};
-pub use kernel::{KernelFeatures, UffdMode, kernel_features};
+pub use kernel::{DirtyTracking, KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{IntoMutError, MapOptions, Mapping, MappingMut};
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,

@@ -1407,8 +1407,15 @@ impl Mapping {
         self.region.pages.count_resident()
     }
 
-    /// Dirty pages of this region now.
+    /// Dirty pages of this region now. With asynchronous dirty tracking
+    /// ([`DirtyTracking::Async`](crate::DirtyTracking::Async)) it first
+    /// looks for pages written since umio last did (one `PAGEMAP_SCAN`).
     pub fn dirty_pages(&self) -> usize {
+        if let Some(_g) = self.region.enter() {
+            self.rt
+                .shared()
+                .harvest(&self.region, 0..self.region.pages.len());
+        }
         self.region.dirty.load(std::sync::atomic::Ordering::Relaxed)
     }
 

@@ -10,7 +10,7 @@ use crate::config::{Builder, RuntimeConfig};
 use crate::env::EnvConfig;
 use crate::error::{Error, Result};
 use crate::in_thread::FaultService;
-use crate::kernel::{KernelFeatures, UffdMode, kernel_features, open_uffd};
+use crate::kernel::{DirtyTracking, KernelFeatures, UffdMode, kernel_features, open_uffd};
 use crate::process::ProcessRuntime;
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -53,6 +53,23 @@ impl Builder {
             FaultService::Auto => FaultService::Fillers,
         };
         settings.cfg.remove_events &= features.bits() & feature::EVENT_REMOVE != 0;
+        // Synchronous unless asked: asynchronous tracking does not yet keep
+        // every guarantee of the synchronous path (see `DirtyTracking`).
+        let wp_async = match settings.cfg.dirty_tracking {
+            DirtyTracking::Sync | DirtyTracking::Auto => false,
+            DirtyTracking::Async if !features.async_dirty_tracking() => {
+                return Err(Error::Unsupported(
+                    "asynchronous dirty tracking needs UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN \
+                     (Linux 6.7)",
+                ));
+            }
+            DirtyTracking::Async => true,
+        };
+        settings.cfg.dirty_tracking = if wp_async {
+            DirtyTracking::Async
+        } else {
+            DirtyTracking::Sync
+        };
         // With remove events, the evictors also drop the pages the
         // application's own `madvise` removed (`remove.rs`): one at least.
         let evictors = if settings.cfg.remove_events {
@@ -150,6 +167,13 @@ impl Runtime {
     /// [`Mapping::fault_service`](crate::Mapping::fault_service).
     pub fn fault_service(&self) -> FaultService {
         self.inner.shared.default_service()
+    }
+
+    /// How this runtime learns which pages were written:
+    /// [`DirtyTracking::Sync`] or [`DirtyTracking::Async`] (what `Auto`
+    /// became).
+    pub fn dirty_tracking(&self) -> DirtyTracking {
+        self.inner.shared.cfg().dirty_tracking
     }
 
     /// Refuses further maps; existing mappings keep working until they are

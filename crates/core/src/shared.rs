@@ -90,6 +90,18 @@ pub(crate) struct Shared {
     /// Eviction batches under way: their victims are out of the policy
     /// until each is evicted or given back.
     evicting: AtomicU32,
+    /// `/proc/self/pagemap` with asynchronous dirty tracking
+    /// ([`DirtyTracking::Async`](crate::DirtyTracking::Async)): the kernel
+    /// resolves first writes, and `dirty.rs` reads which pages were
+    /// written. `None`: write-protect faults tell umio (sync).
+    pagemap: Option<crate::sys::pagemap::Pagemap>,
+    /// Where evictions take victims under asynchronous dirty tracking
+    /// (`dirty.rs`); `None` without it, or without `UFFDIO_MOVE`, or with
+    /// remove events (a drop of the scratch would queue one).
+    move_scratch: OnceLock<(usize, Mutex<crate::dirty::MoveScratch>)>,
+    /// When the evictors last looked for pages written behind umio's back
+    /// (`now_ms`), with asynchronous dirty tracking.
+    pub(crate) harvested_at: AtomicU64,
 }
 
 /// Threads of an in-thread runtime waiting for busy pages to be unlocked:
@@ -226,6 +238,14 @@ impl Shared {
         default_service: FaultService,
     ) -> Result<Shared> {
         let shutdown_fd = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
+        let pagemap = if s.cfg.dirty_tracking == crate::DirtyTracking::Async {
+            Some(
+                crate::sys::pagemap::Pagemap::open()
+                    .map_err(|e| Error::os("PAGEMAP_SCAN on /proc/self/pagemap", e))?,
+            )
+        } else {
+            None
+        };
         Ok(Shared {
             cfg: s.cfg,
             features,
@@ -258,6 +278,9 @@ impl Shared {
             removals: crate::remove::Removals::default(),
             started: Instant::now(),
             evicting: AtomicU32::new(0),
+            pagemap,
+            move_scratch: OnceLock::new(),
+            harvested_at: AtomicU64::new(0),
         })
     }
 
@@ -321,6 +344,29 @@ impl Shared {
         self.uffds[0].get()
     }
 
+    /// See `dirty.rs`: the scratch evictions move victims to (made with
+    /// the first userfaultfd the runtime opens).
+    #[inline]
+    pub fn move_scratch(&self) -> Option<&Mutex<crate::dirty::MoveScratch>> {
+        self.move_scratch.get().map(|(_, m)| m)
+    }
+
+    /// The userfaultfd the eviction scratch is registered with: the one
+    /// `UFFDIO_MOVE` into it goes through.
+    #[inline]
+    pub fn scratch_uffd(&self) -> Option<&Uffd> {
+        self.move_scratch
+            .get()
+            .and_then(|(i, _)| self.uffds[*i].get())
+    }
+
+    /// `/proc/self/pagemap` if dirty tracking is asynchronous: the kernel
+    /// resolves first writes to clean pages itself (see `dirty.rs`).
+    #[inline]
+    pub fn pagemap(&self) -> Option<&crate::sys::pagemap::Pagemap> {
+        self.pagemap.as_ref()
+    }
+
     /// The in-thread service's userfaultfd, if open.
     #[inline]
     pub fn in_thread_uffd(&self) -> Option<&Uffd> {
@@ -351,7 +397,12 @@ impl Shared {
         }
         let uffd = open_configured(
             self.features.user_mode_only(),
-            service_features(service, self.features.bits(), self.cfg.remove_events),
+            service_features(
+                service,
+                self.features.bits(),
+                self.cfg.remove_events,
+                self.cfg.dirty_tracking == crate::DirtyTracking::Async,
+            ),
         )?;
         self.adopt(service, uffd)
     }
@@ -363,7 +414,12 @@ impl Shared {
         let _one = self.opening.lock().unwrap_or_else(|e| e.into_inner());
         configure(
             &uffd,
-            service_features(service, self.features.bits(), self.cfg.remove_events),
+            service_features(
+                service,
+                self.features.bits(),
+                self.cfg.remove_events,
+                self.cfg.dirty_tracking == crate::DirtyTracking::Async,
+            ),
         )?;
         self.adopt(service, uffd).map(|_| ())
     }
@@ -395,6 +451,17 @@ impl Shared {
             drop(w);
         }
         let _ = self.uffds[i].set(uffd);
+        if self.pagemap.is_some()
+            && self.features.bits() & crate::sys::uffd::feature::MOVE != 0
+            && !self.cfg.remove_events
+            && self.move_scratch.get().is_none()
+            && let Some(scratch) =
+                crate::dirty::MoveScratch::new(self.uffds[i].get().expect("set above"))
+        {
+            // Registered with the first descriptor opened; `UFFDIO_MOVE`
+            // into it is an ioctl on that one, whichever region's page moves.
+            let _ = self.move_scratch.set((i, Mutex::new(scratch)));
+        }
         let mut threads = self
             .service_threads
             .lock()

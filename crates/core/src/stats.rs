@@ -99,8 +99,22 @@ counters! {
     read_misses,
     /// Misses on write: a page filled for a writing thread.
     write_misses,
-    /// First writes to clean pages (write-protect faults).
+    /// First writes to clean pages served as write-protect faults (sync
+    /// dirty tracking; near 0 with [`DirtyTracking::Async`](crate::DirtyTracking::Async)).
     wp_faults,
+    /// With asynchronous dirty tracking: `PAGEMAP_SCAN` calls made to find
+    /// pages written since umio last saw them clean.
+    dirty_scans,
+    /// With asynchronous dirty tracking: clean pages those scans found
+    /// written (the first writes the kernel resolved without umio).
+    scan_dirtied_pages,
+    /// With asynchronous dirty tracking: eviction victims taken out of
+    /// their region with `UFFDIO_MOVE` (so that no write is lost while
+    /// they are dropped); the others were only scanned.
+    moved_victims,
+    /// Of the victims to move, those the kernel refused to move (only
+    /// scanned, then dropped).
+    unmoved_victims,
     /// Faults on a page another thread was already filling or changing:
     /// coalesced, no second read.
     coalesced,
@@ -277,6 +291,13 @@ pub fn format_bytes(n: u64) -> String {
 }
 
 impl Stats {
+    /// First writes to clean pages, however umio learned of them:
+    /// write-protect faults (`wp_faults`, sync dirty tracking) plus pages
+    /// found written by scans (`scan_dirtied_pages`, async).
+    pub fn first_writes(&self) -> u64 {
+        self.wp_faults + self.scan_dirtied_pages
+    }
+
     /// Store reads in flight per batch submitted, on average
     /// (`reads_submitted / read_submissions`); 0 before the first batch.
     pub fn mean_reads_in_flight(&self) -> f64 {
@@ -320,6 +341,13 @@ impl std::fmt::Display for Stats {
                 f,
                 "in the faulting thread: {} of the faults",
                 self.in_thread_faults
+            )?;
+        }
+        if self.dirty_scans != 0 {
+            writeln!(
+                f,
+                "dirty tracking: {} pages found written by {} scans (asynchronous)",
+                self.scan_dirtied_pages, self.dirty_scans
             )?;
         }
         writeln!(f, "latency: {}", self.fault_latency)?;

@@ -144,6 +144,15 @@ impl Shared {
                 }
             });
         }
+        // Asynchronous dirty tracking: clean pages written since are
+        // dirty (`dirty.rs`).
+        if self.pagemap().is_some() {
+            let mut held: Vec<(usize, PageState)> =
+                pages.clone().zip(states.iter().copied()).collect();
+            if self.learn_locked(region, &mut held) > 0 {
+                states = held.into_iter().map(|(_, s)| s).collect();
+            }
+        }
         let dirty: Vec<usize> = pages
             .clone()
             .zip(&states)

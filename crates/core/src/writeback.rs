@@ -106,11 +106,16 @@ impl Shared {
                     log::error!(
                         "umio: writing back region {} to its store ({}) failed: {e}; its dirty \
                          pages stay in the cache, are written again later and reported by \
-                         the next flush; until a write succeeds, a write to a clean page of \
+                         the next flush; until a write succeeds, a write to a {} page of \
                          the mapping fails (SIGBUS), as a write fault on a full file system \
                          does, and reads go on",
                         region.id,
-                        region.store.name()
+                        region.store.name(),
+                        if self.pagemap().is_some() {
+                            "non-resident"
+                        } else {
+                            "clean"
+                        }
                     );
                 } else {
                     log::debug!("umio: write-back failed again: {e}");
@@ -180,13 +185,19 @@ impl Shared {
         region: &Region,
         pages: Range<usize>,
     ) -> std::result::Result<(), StoreError> {
+        // Asynchronous dirty tracking: pages written behind umio's back
+        // are dirty too (`dirty.rs`).
+        self.harvest(region, pages.clone());
         let mut first: Option<StoreError> = None;
         let max_run = (MAX_WRITE / region.page_size).max(1);
         let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
         let mut runs: Vec<Range<usize>> = Vec::new();
         let mut results = Vec::new();
         let mut i = pages.start;
-        while i < pages.end && region.dirty.load(Relaxed) > 0 {
+        // Asynchronous dirty tracking: a page held clean elsewhere may
+        // come back dirty, whatever the count says now.
+        let async_tracking = self.pagemap().is_some();
+        while i < pages.end && (async_tracking || region.dirty.load(Relaxed) > 0) {
             // Lock up to `depth` runs of dirty pages (MAX_BATCH bytes).
             runs.clear();
             let mut bytes = 0;
@@ -199,6 +210,20 @@ impl Shared {
                     }
                     // Write what is locked first, then wait for it.
                     Observed::Busy(PageState::Dirty) => break,
+                    // Asynchronous dirty tracking: a clean page another
+                    // thread holds (an eviction, say) may have been
+                    // written; it may come back dirty, or clean with its
+                    // write not yet seen: wait, then look at it again.
+                    Observed::Busy(PageState::Clean)
+                        if self.pagemap().is_some() && runs.is_empty() =>
+                    {
+                        while region.pages.get(i) == Observed::Busy(PageState::Clean) {
+                            std::thread::yield_now();
+                        }
+                        self.harvest(region, i..i + 1);
+                        continue;
+                    }
+                    Observed::Busy(PageState::Clean) if self.pagemap().is_some() => break,
                     Observed::Stable(PageState::Dirty)
                         if region.pages.try_lock(i, PageState::Dirty) => {}
                     Observed::Stable(PageState::Dirty) => continue,

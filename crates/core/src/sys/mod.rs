@@ -15,6 +15,8 @@
 //!   a SIGBUS again, `errno` in a handler, signal masks and the alternate
 //!   signal stack, `pthread_atfork`, futexes, `gettid`, the in-thread
 //!   service's stacks and the switch onto one;
+//! - `pagemap.rs`: `PAGEMAP_SCAN` on `/proc/self/pagemap`, which pages
+//!   were written (asynchronous dirty tracking);
 //! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
 //!   trigger.
 //!
@@ -26,8 +28,9 @@
 //!   (`RcuCell`), `fork.rs` (`ForkMutex`, and its guard's access to the
 //!   data);
 //! - the memory a region maps, read as a slice: `Mapping`'s accessors
-//!   (`mapping.rs`) and the dirty run handed to the store in
-//!   `writeback.rs`; the pages' lifetime is the region's protocol, not a
+//!   (`mapping.rs`), the dirty run handed to the store in
+//!   `writeback.rs`, and the eviction victims copied and compared in
+//!   `dirty.rs` (with the scratch they are moved to); the pages' lifetime is the region's protocol, not a
 //!   kernel interface;
 //! - public `unsafe fn`s whose contract is the caller's:
 //!   `MapOptions::fixed_address` and `Mapping::unmap_range_shared`
@@ -47,6 +50,7 @@
 //! feature query, and mishandles partial copies (docs/ARCHITECTURE.md).
 
 pub(crate) mod mm;
+pub(crate) mod pagemap;
 pub(crate) mod poller;
 pub(crate) mod proc;
 pub(crate) mod signal;

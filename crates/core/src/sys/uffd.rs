@@ -61,6 +61,15 @@ struct UffdioRegister {
 }
 
 #[repr(C)]
+struct UffdioMove {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+
+#[repr(C)]
 #[derive(Default)]
 struct UffdioCopy {
     dst: u64,
@@ -92,6 +101,7 @@ const UFFDIO_WAKE: libc::c_ulong = ioc(IOC_READ, 0x02, size_of::<UffdioRange>())
 const UFFDIO_COPY: libc::c_ulong = ioc(IOWR, 0x03, size_of::<UffdioCopy>());
 const UFFDIO_WRITEPROTECT: libc::c_ulong = ioc(IOWR, 0x06, size_of::<UffdioWriteprotect>());
 const UFFDIO_POISON: libc::c_ulong = ioc(IOWR, 0x08, size_of::<UffdioPoison>());
+const UFFDIO_MOVE: libc::c_ulong = ioc(IOWR, 0x05, size_of::<UffdioMove>());
 // The structs as `include/uapi/linux/userfaultfd.h` lays them out, and
 // the ioctl numbers the kernel's headers give (`_IOWR(UFFDIO, ...)`).
 const _: () = {
@@ -108,6 +118,8 @@ const _: () = {
     assert!(UFFDIO_COPY == 0xc028_aa03);
     assert!(UFFDIO_WRITEPROTECT == 0xc018_aa06);
     assert!(UFFDIO_POISON == 0xc020_aa08);
+    assert!(size_of::<UffdioMove>() == 40);
+    assert!(UFFDIO_MOVE == 0xc028_aa05);
     assert!(USERFAULTFD_IOC_NEW == 0xaa00);
 };
 /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
@@ -529,6 +541,50 @@ impl Uffd {
             }
             if e != libc::EAGAIN || !eagain.wait(self) {
                 return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_MOVE` (Linux 6.8+): moves the pages of `src..src+len` (a
+    /// range of private anonymous memory, every page present and not
+    /// shared) to `dst..dst+len` (anonymous memory registered with this
+    /// descriptor, no page present), atomically page by page: from the
+    /// move on, an access to `src` faults as missing. Wakes nobody.
+    /// `Err((moved, errno))`: the first `moved` bytes were moved.
+    pub(crate) fn move_pages(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<(), (usize, Errno)> {
+        const MOVE_MODE_DONTWAKE: u64 = 1 << 0;
+        let mut done = 0usize;
+        let mut eagain = EagainWait::new();
+        while done < len {
+            let mut m = UffdioMove {
+                dst: (dst + done) as u64,
+                src: (src + done) as u64,
+                len: (len - done) as u64,
+                mode: MOVE_MODE_DONTWAKE,
+                moved: 0,
+            };
+            // SAFETY: m is a valid UffdioMove. The kernel moves pages of
+            // this process's own anonymous memory between two ranges the
+            // caller owns (the source held busy by umio, so that nothing
+            // else maps or fills it meanwhile; the destination umio's
+            // scratch); it changes no memory that Rust code holds a
+            // reference to.
+            let r = unsafe { libc::ioctl(self.as_raw_fd(), UFFDIO_MOVE, &mut m) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = errno();
+            if m.moved > 0 {
+                done += m.moved as usize;
+            }
+            if e != libc::EAGAIN || !eagain.wait(self) {
+                return Err((done, e));
             }
         }
         Ok(())

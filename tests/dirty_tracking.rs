@@ -1,0 +1,194 @@
+//! Dirty tracking, synchronous (write-protect faults served by umio) and
+//! asynchronous (`UFFD_FEATURE_WP_ASYNC` + `PAGEMAP_SCAN`): what each
+//! reports, and that written pages reach the store either way, through a
+//! flush, through eviction and through a partial unmap, with both fault
+//! services.
+
+mod common;
+
+use common::{Rng, assert_same, random_bytes, rw_file_with};
+use umio::{DirtyTracking, FaultService, MapOptions, Runtime, kernel_features};
+
+const PAGE: usize = 4096;
+
+fn has_async() -> bool {
+    kernel_features().unwrap().async_dirty_tracking()
+}
+
+fn runtime(cache_bytes: u64, tracking: DirtyTracking, service: FaultService) -> Runtime {
+    let rt = Runtime::builder()
+        .cache_bytes(cache_bytes)
+        .page_size(PAGE)
+        .fault_service(service)
+        .dirty_tracking(tracking)
+        .build()
+        .unwrap();
+    assert_eq!(rt.fault_service(), service);
+    rt
+}
+
+fn modes() -> Vec<DirtyTracking> {
+    if has_async() {
+        vec![DirtyTracking::Sync, DirtyTracking::Async]
+    } else {
+        vec![DirtyTracking::Sync]
+    }
+}
+
+const SERVICES: [FaultService; 2] = [FaultService::Fillers, FaultService::InThread];
+
+#[test]
+fn auto_resolves_and_is_reported() {
+    let rt = Runtime::builder()
+        .cache_bytes(1 << 20)
+        .dirty_tracking(DirtyTracking::Auto)
+        .build()
+        .unwrap();
+    let want = if has_async() {
+        DirtyTracking::Async
+    } else {
+        DirtyTracking::Sync
+    };
+    assert_eq!(rt.dirty_tracking(), want);
+    assert_eq!(rt.config().dirty_tracking, want);
+    let rt = Runtime::builder()
+        .cache_bytes(1 << 20)
+        .dirty_tracking(DirtyTracking::Sync)
+        .build()
+        .unwrap();
+    assert_eq!(rt.dirty_tracking(), DirtyTracking::Sync);
+    assert_eq!(rt.config().dirty_tracking, DirtyTracking::Sync);
+    if !has_async() {
+        let r = Runtime::builder()
+            .cache_bytes(1 << 20)
+            .dirty_tracking(DirtyTracking::Async)
+            .build();
+        assert!(matches!(r, Err(umio::Error::Unsupported(_))), "{r:?}");
+    }
+}
+
+#[test]
+fn names_round_trip() {
+    for t in [
+        DirtyTracking::Auto,
+        DirtyTracking::Sync,
+        DirtyTracking::Async,
+    ] {
+        assert_eq!(DirtyTracking::from_name(t.name()), Some(t));
+    }
+    assert_eq!(
+        DirtyTracking::from_name(" ASYNC "),
+        Some(DirtyTracking::Async)
+    );
+    assert_eq!(DirtyTracking::from_name("lazy"), None);
+}
+
+/// Reads every page (clean, write-protected), then writes one word in
+/// each: sync tracking takes a write-protect fault per page, async none;
+/// both count every page dirty and flush them all.
+#[test]
+fn first_writes_to_clean_pages() {
+    const PAGES: usize = 64;
+    for service in SERVICES {
+        for tracking in modes() {
+            let what = format!("{service:?}/{tracking:?}");
+            let data = random_bytes(PAGES * PAGE, 3);
+            let (tmp, file) = rw_file_with(&data);
+            let rt = runtime(1 << 20, tracking, service);
+            // SAFETY: only this mapping changes the file while it lives.
+            let mut map = unsafe { rt.map_file_mut(&file, MapOptions::new()) }.unwrap();
+            let mut sum = 0u64;
+            for p in 0..PAGES {
+                sum += map[p * PAGE] as u64;
+            }
+            assert!(sum > 0, "{what}");
+            assert_eq!(map.mapping().dirty_pages(), 0, "{what}: read only");
+            let before = rt.stats();
+            assert_eq!(before.wp_faults, 0, "{what}");
+            let mut model = data.clone();
+            for p in 0..PAGES {
+                let v = (p as u64 + 1).to_le_bytes();
+                map[p * PAGE + 8..p * PAGE + 16].copy_from_slice(&v);
+                model[p * PAGE + 8..p * PAGE + 16].copy_from_slice(&v);
+            }
+            let after = rt.stats();
+            match tracking {
+                DirtyTracking::Sync => {
+                    assert_eq!(after.wp_faults, PAGES as u64, "{what}: {after}")
+                }
+                _ => assert_eq!(after.wp_faults, 0, "{what}: {after}"),
+            }
+            assert_eq!(map.mapping().dirty_pages(), PAGES, "{what}");
+            assert_eq!(rt.stats().first_writes(), PAGES as u64, "{what}");
+            map.flush().unwrap();
+            assert_eq!(map.mapping().dirty_pages(), 0, "{what}: flushed");
+            assert_same(&std::fs::read(tmp.path()).unwrap(), &model, &what);
+            // Written again after the flush: dirty again, flushed again.
+            map[5 * PAGE] ^= 0xff;
+            model[5 * PAGE] ^= 0xff;
+            assert_eq!(map.mapping().dirty_pages(), 1, "{what}: rewritten");
+            map.flush().unwrap();
+            assert_same(&std::fs::read(tmp.path()).unwrap(), &model, &what);
+            map.unmap().unwrap();
+        }
+    }
+}
+
+/// Read-modify-write of one word per page at random over 16x the cache:
+/// the pages written while umio held them clean are found and written
+/// back when evicted (async: by the evictors' scans), and the file equals
+/// the model after the flush and after the unmap.
+#[test]
+fn written_clean_pages_survive_eviction() {
+    const PAGES: usize = 1024;
+    for service in SERVICES {
+        for tracking in modes() {
+            let what = format!("{service:?}/{tracking:?}");
+            let data = random_bytes(PAGES * PAGE, 7);
+            let (tmp, file) = rw_file_with(&data);
+            let rt = runtime((PAGES * PAGE / 16) as u64, tracking, service);
+            // SAFETY: only this mapping changes the file while it lives.
+            let mut map = unsafe { rt.map_file_mut(&file, MapOptions::new()) }.unwrap();
+            let mut model = data.clone();
+            let mut rng = Rng::new(11);
+            for _ in 0..4 * PAGES {
+                let at = rng.below(PAGES) * PAGE + 8 * rng.below(PAGE / 8);
+                let old = u64::from_le_bytes(map[at..at + 8].try_into().unwrap());
+                let want = u64::from_le_bytes(model[at..at + 8].try_into().unwrap());
+                assert_eq!(old, want, "{what}: word at {at}");
+                let new = (old.wrapping_mul(31) + 7).to_le_bytes();
+                map[at..at + 8].copy_from_slice(&new);
+                model[at..at + 8].copy_from_slice(&new);
+            }
+            let st = rt.stats();
+            assert!(st.evicted_dirty_pages > 0, "{what}: {st}");
+            if tracking == DirtyTracking::Async {
+                assert_eq!(st.wp_faults, 0, "{what}: {st}");
+                assert!(st.scan_dirtied_pages > 0, "{what}: {st}");
+                // Victims are taken out with UFFDIO_MOVE (Linux 6.8+).
+                let has_move = kernel_features().unwrap().names().contains(&"MOVE");
+                assert!(
+                    !has_move || st.moved_victims > 0,
+                    "{what}: no victim moved: {st:?}"
+                );
+            }
+            assert_same(&map[..], &model, &format!("{what}: mapping"));
+            map.flush().unwrap();
+            assert_same(&std::fs::read(tmp.path()).unwrap(), &model, &what);
+            // A partial unmap writes its written clean pages back too.
+            let at = 3 * PAGE;
+            let _ = map[at];
+            map[at + 1] ^= 0x5a;
+            model[at + 1] ^= 0x5a;
+            let mut map = map.into_mapping();
+            map.unmap_range(0..16 * PAGE).unwrap();
+            assert_eq!(
+                &std::fs::read(tmp.path()).unwrap()[at..at + PAGE],
+                &model[at..at + PAGE],
+                "{what}: after the partial unmap"
+            );
+            map.unmap().unwrap();
+            assert_same(&std::fs::read(tmp.path()).unwrap(), &model, &what);
+        }
+    }
+}
