@@ -258,8 +258,13 @@ fn region_stats_count_this_region_only() {
     let s = a.stats();
     assert_eq!(s.fills, 10, "{s:?}");
     assert_eq!(s.bytes_read, 10 * PAGE as u64);
-    assert!(s.faults >= 11, "{s:?}");
-    assert!(s.hits >= 1, "the write to a clean page is a hit: {s:?}");
+    if rt.dirty_tracking() == umio::DirtyTracking::Sync {
+        assert!(s.faults >= 11, "{s:?}");
+        assert!(s.hits >= 1, "the write to a clean page is a hit: {s:?}");
+    } else {
+        // The kernel resolves the first write itself: no fault to count.
+        assert!(s.faults >= 10, "{s:?}");
+    }
     assert_eq!((s.writebacks, s.bytes_written), (1, PAGE as u64));
     let t = b.stats();
     assert_eq!((t.fills, t.writebacks), (1, 0), "{t:?}");

@@ -70,9 +70,7 @@ pub fn command() -> Command {
 /// it, else here.
 fn in_budget<T>(budget_mib: u64, f: impl FnOnce() -> T) -> T {
     let mut f = Some(f);
-    match bounded((budget_mib << 20) as usize, || {
-        (f.take().expect("once"))()
-    }) {
+    match bounded((budget_mib << 20) as usize, || (f.take().expect("once"))()) {
         Ok(v) => v,
         Err(_) => (f.take().expect("not run"))(),
     }

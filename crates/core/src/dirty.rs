@@ -387,7 +387,11 @@ impl Shared {
             let (from, n) = (base + k * ps, (m - k) * ps);
             let off = k * ps;
             let mut refused = None;
-            let moved = match self.scratch_uffd().expect("the scratch is registered").move_pages(s.area + off, from, n) {
+            let moved = match self
+                .scratch_uffd()
+                .expect("the scratch is registered")
+                .move_pages(s.area + off, from, n)
+            {
                 Ok(()) => n,
                 Err((moved, e)) => {
                     self.counters()
@@ -410,13 +414,16 @@ impl Shared {
                 let now = unsafe { std::slice::from_raw_parts((s.area + at) as *const u8, part) };
                 if now != &s.copy[at..at + part] || part < ps {
                     // Written between the scan and the move: back, dirty.
-                    let _ = self.uffd_of(region).copy(base + at, now, false, true).map_err(|e| {
-                        crate::report::error(crate::report::Report::CopyFailed {
-                            region: region.id,
-                            page: (first + q) as u64,
-                            errno: e,
-                        })
-                    });
+                    let _ = self
+                        .uffd_of(region)
+                        .copy(base + at, now, false, true)
+                        .map_err(|e| {
+                            crate::report::error(crate::report::Report::CopyFailed {
+                                region: region.id,
+                                page: (first + q) as u64,
+                                errno: e,
+                            })
+                        });
                     entry.1 = PageState::Empty;
                     kept += 1;
                 }

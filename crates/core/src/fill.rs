@@ -1020,7 +1020,13 @@ impl Shared {
     /// reserved), clean, and releases the run; on failure releases it Empty
     /// with its space. Returns whether it was installed.
     fn install_run(&self, region: &Region, run: &Range<usize>, src: &[u8]) -> bool {
-        let copied = self.install(region, region.page_addr(run.start), src, region.writable, true);
+        let copied = self.install(
+            region,
+            region.page_addr(run.start),
+            src,
+            region.writable,
+            true,
+        );
         if let Err(e) = copied {
             if e == libc::EEXIST && self.reader_must_not_drop() {
                 // Handed to the evictors by `install`: not a failure.
@@ -1067,7 +1073,11 @@ impl Shared {
             waiters |= region.pages.unlock(p, to);
         }
         if waiters {
-            self.wake(region, region.page_addr(run.start), run.len() * region.page_size);
+            self.wake(
+                region,
+                region.page_addr(run.start),
+                run.len() * region.page_size,
+            );
         }
     }
 

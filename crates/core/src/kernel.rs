@@ -257,4 +257,3 @@ fn pagemap_scan_works() -> bool {
     static PROBE: OnceLock<bool> = OnceLock::new();
     *PROBE.get_or_init(|| Pagemap::open().is_ok())
 }
-
