@@ -29,7 +29,7 @@ use crate::runs::per_vma;
 use crate::shared::Shared;
 use crate::sys::mm;
 
-/// Pages found in each state by [`Shared::update_resident`].
+/// Pages found in each state by [`Mapping::update_resident_shared`](crate::Mapping::update_resident_shared).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Updated {
     /// Pages updated in place (clean or dirty).
