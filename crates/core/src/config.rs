@@ -317,7 +317,8 @@ impl Builder {
     /// asynchronous write-protection read back with `PAGEMAP_SCAN`
     /// ([`DirtyTracking::Async`], Linux 6.7+: a first write to a clean page
     /// costs what it costs under `mmap`). [`DirtyTracking::Auto`] (the
-    /// default) takes `Async` where the kernel has it. Unless set here, the
+    /// default) is `Sync` for now: `Async` does not yet keep every
+    /// guarantee of `Sync` (what it does not: [`DirtyTracking::Async`]). Unless set here, the
     /// runtime takes `UMIO_DIRTY_TRACKING` (`auto`, `sync` or `async`) from
     /// the environment; a malformed value fails [`build`](Builder::build).
     /// What it became: [`Runtime::dirty_tracking`](crate::Runtime::dirty_tracking).
