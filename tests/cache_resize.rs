@@ -68,41 +68,40 @@ fn shrink_while_four_threads_fault_and_write_then_grow_back() {
             if s.resident_bytes <= bound {
                 return start.elapsed();
             }
+            // A hang detector: a loaded machine may take seconds.
             assert!(
-                start.elapsed() < Duration::from_secs(1),
-                "{what}: {} bytes resident a second after the bound became {bound}",
+                start.elapsed() < Duration::from_secs(60),
+                "{what}: {} bytes resident a minute after the bound became {bound}",
                 s.resident_bytes
             );
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    std::thread::sleep(Duration::from_millis(500));
-    let before = rt.stats();
-    assert!(
-        before.resident_bytes > 32 * MIB,
-        "the cache filled up first"
+    common::eventually(
+        "the cache filled up first",
+        Duration::from_millis(10),
+        || rt.stats().resident_bytes > 32 * MIB,
     );
     rt.set_cache_bytes(8 * MIB).unwrap();
     assert_eq!(rt.cache_bytes(), 8 * MIB);
     let took = wait_for(8 * MIB, "shrinking");
     eprintln!("64 MiB -> 8 MiB: at the bound after {took:?}");
     let faults = rt.stats().faults;
-    std::thread::sleep(Duration::from_millis(300));
+    common::eventually(
+        "faults kept being served",
+        Duration::from_millis(10),
+        || rt.stats().faults > faults,
+    );
     let during = rt.stats();
-    assert!(during.faults > faults, "faults kept being served");
     assert!(during.resident_bytes <= 8 * MIB);
     assert!(during.shrink_evicted_bytes > 0);
     assert_eq!(during.cache_bytes, 8 * MIB);
     assert!(during.cache_resizes >= 1);
 
     rt.set_cache_bytes(64 * MIB).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let grown = rt.stats();
-    assert!(
-        grown.resident_bytes > 16 * MIB,
-        "the cache grew again: {} bytes resident",
-        grown.resident_bytes
-    );
+    common::eventually("the cache grew again", Duration::from_millis(10), || {
+        rt.stats().resident_bytes > 16 * MIB
+    });
     stop.store(true, Ordering::Relaxed);
     let mut model = Vec::with_capacity(FILE);
     for w in workers {

@@ -170,11 +170,12 @@ pub fn write_random_runs_in_halves(mapped: &mut [u8], model: &mut [u8], writes: 
     assert_same(mapped, model, what);
 }
 
-/// Polls `cond` every `poll` for up to 5 s; panics naming `what` if it
-/// never holds.
+/// Polls `cond` every `poll` for up to a minute (a hang detector, not a
+/// timing check: a loaded machine may take seconds); panics naming `what`
+/// if it never holds.
 #[track_caller]
 pub fn eventually(what: &str, poll: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(poll);

@@ -628,7 +628,17 @@ impl Shared {
             } else {
                 (bytes / self.cfg().default_page_size as u64).clamp(8, 64) as usize
             };
-            if self.evict_batch(w, &*pool.policy, pages) == 0 {
+            // Above the bound, the bound was lowered at run time
+            // (`Runtime::set_cache_bytes`): the misses' eviction is the
+            // shrink's as much as the evictors' is.
+            let over_bound = pool.budget.used() > pool.budget.limit();
+            let freed = self.evict_batch(w, &*pool.policy, pages);
+            if over_bound {
+                self.counters()
+                    .shrink_evicted_bytes
+                    .fetch_add(freed, Relaxed);
+            }
+            if freed == 0 {
                 if region.is_taking() {
                     // A partial unmap or a drop is locking pages of this
                     // region and may be waiting for the one this thread
