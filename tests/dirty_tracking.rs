@@ -191,3 +191,40 @@ fn written_clean_pages_survive_eviction() {
         }
     }
 }
+
+/// A page written through the mapping, then updated in place for a
+/// `pwrite` of other bytes of it (what the preload shim does): both
+/// writes reach the store. Under asynchronous tracking umio learns of the
+/// first write only by looking; before, the update put the page back
+/// clean and the first write was never written back.
+#[test]
+fn a_write_before_an_update_in_place_is_kept() {
+    for tracking in modes() {
+        for service in SERVICES {
+            let data = vec![0u8; 4 * PAGE];
+            let (_tmp, file) = rw_file_with(&data);
+            let rt = runtime(1 << 20, tracking, service);
+            // SAFETY: the file changes only through this mapping (and the
+            // update below, which stands for a `pwrite` of the same bytes).
+            let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
+            let base = map.as_ptr() as *mut u8;
+            // SAFETY: page 0 of the live, writable mapping: read (resident,
+            // clean), then written.
+            unsafe {
+                assert_eq!(base.read_volatile(), 0);
+                base.add(10).write_volatile(0xAA);
+            }
+            std::os::unix::fs::FileExt::write_at(&file, &[0xBB], 100).unwrap();
+            // SAFETY: no slice of the mapping is alive.
+            unsafe { map.update_resident_shared(100, &[0xBB]) }.unwrap();
+            map.flush().unwrap();
+            let mut got = vec![0u8; 4 * PAGE];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut got, 0).unwrap();
+            assert_eq!(
+                (got[10], got[100]),
+                (0xAA, 0xBB),
+                "{tracking:?} {service:?}: the write through the mapping and the update"
+            );
+        }
+    }
+}

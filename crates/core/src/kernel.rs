@@ -77,7 +77,9 @@ pub enum DirtyTracking {
     /// with dirty pages readers then wait behind; and where an eviction
     /// cannot take its victims out with `UFFDIO_MOVE` (hugetlb regions,
     /// promoted 2 MiB ranges, runtimes with remove events, kernels before
-    /// 6.8) a write landing between the last scan and the drop is lost.
+    /// 6.8) a write landing between the last scan and the drop is lost, as
+    /// is one landing while the preload shim updates a page in place for a
+    /// `pwrite` or hands a file mapped twice to the kernel.
     Async,
 }
 

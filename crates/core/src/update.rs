@@ -65,10 +65,21 @@ impl Shared {
             if region.intersects_hole(&(p..p + 1)) {
                 continue;
             }
-            let Some(state) = self.lock_resident(region, p) else {
+            let Some(mut state) = self.lock_resident(region, p) else {
                 out.absent += 1;
                 continue;
             };
+            if state == PageState::Clean && self.pagemap().is_some() {
+                // Asynchronous dirty tracking: a page umio holds Clean may
+                // have been written through the mapping since (`dirty.rs`);
+                // installed again clean and write-protected, that write
+                // would never be written back. A write landing between
+                // this look and the drop below is still lost: see
+                // `DirtyTracking::Async`.
+                let mut one = [(p, state)];
+                self.learn_locked(region, &mut one);
+                state = one[0].1;
+            }
             let page_start = p * ps;
             let a = at.max(page_start);
             let b = end.min(page_start + ps);
@@ -79,7 +90,7 @@ impl Shared {
                 // page is not write-protected; its mapping may even be
                 // read-only by `mprotect`, so no copy goes through it).
                 let protect = per_vma(addr, ps, |at, n| {
-                    self.uffd_of(region).writeprotect(at, n, true, true)
+                    self.uffd_of(region).writeprotect(at, n, true, false)
                 });
                 if let Err(e) = protect {
                     self.release_run(region, p..p + 1, PageState::Dirty);
