@@ -207,7 +207,7 @@ fn a_write_before_an_update_in_place_is_kept() {
             // SAFETY: the file changes only through this mapping (and the
             // update below, which stands for a `pwrite` of the same bytes).
             let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
-            let base = map.as_ptr() as *mut u8;
+            let base = map.as_ptr();
             // SAFETY: page 0 of the live, writable mapping: read (resident,
             // clean), then written.
             unsafe {
