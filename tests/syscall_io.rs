@@ -127,7 +127,9 @@ fn fillers_serve_read_syscall_into_non_resident_and_clean_pages() {
     );
     let st = rt.stats();
     assert!(st.write_misses > 0, "read(2) filled missing pages: {st:?}");
-    assert!(st.wp_faults > 0, "read(2) dirtied clean pages: {st:?}");
+    // Asynchronous dirty tracking: the kernel resolves its own writes to
+    // clean pages, and umio learns of them by a scan (before the flush).
+    assert!(st.first_writes() > 0, "read(2) dirtied clean pages: {st:?}");
 }
 
 #[test]
