@@ -280,7 +280,7 @@ fn madv_remove_is_refused_and_changes_nothing() {
 /// hangs, and every read sees the file's bytes.
 #[test]
 fn own_evictions_and_the_programs_madvise_together_never_hang() {
-    let _dog = Watchdog::new("evictions with madvise", Duration::from_secs(300));
+    let _dog = Watchdog::new("evictions with madvise", Duration::from_secs(1200));
     const PAGES: usize = 1024;
     let data = Arc::new(random_bytes(PAGES * PAGE, 5));
     let (_tmp, file) = rw_file_with(&data);
