@@ -26,17 +26,10 @@ pub type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
 const PAGE: usize = 4096;
 
-/// `n` pseudo-random page indexes below `pages` (xorshift from `seed`).
+/// `n` pseudo-random page indexes below `pages`:
+/// [`random_pages`](crate::bench::random_pages) from `seed`.
 pub fn keys(n: usize, pages: usize, seed: u64) -> Vec<usize> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((u128::from(x) * pages as u128) >> 64) as usize
-        })
-        .collect()
+    crate::bench::random_pages(seed, pages, n)
 }
 
 /// Drops the file's clean pages from the kernel's page cache.
