@@ -42,6 +42,19 @@ pub struct CountingStore<S> {
 }
 
 impl<S: Store> CountingStore<S> {
+    /// Counts a request of a batch the wrapped store has served.
+    fn count(&self, req: &IoRequest<'_>) {
+        if req.is_write() {
+            self.bytes_written.fetch_add(req.len() as u64, Relaxed);
+            self.writes.fetch_add(1, Release);
+        } else {
+            if let Some(Ok(n)) = req.result() {
+                self.bytes_read.fetch_add(n as u64, Relaxed);
+            }
+            self.reads.fetch_add(1, Release);
+        }
+    }
+
     /// Wraps `inner` with all counts at zero.
     pub fn new(inner: S) -> Self {
         CountingStore {
@@ -114,16 +127,7 @@ impl<S: Store> Store for CountingStore<S> {
             .collect();
         self.inner.submit(batch);
         for i in todo {
-            let req = &batch[i];
-            if req.is_write() {
-                self.bytes_written.fetch_add(req.len() as u64, Relaxed);
-                self.writes.fetch_add(1, Release);
-            } else {
-                if let Some(Ok(n)) = req.result() {
-                    self.bytes_read.fetch_add(n as u64, Relaxed);
-                }
-                self.reads.fetch_add(1, Release);
-            }
+            self.count(&batch[i]);
         }
         self.batches.fetch_add(1, Release);
     }
@@ -135,15 +139,7 @@ impl<S: Store> Store for CountingStore<S> {
         let mut open: Vec<bool> = batch.iter().map(|r| r.result().is_none()).collect();
         self.inner.submit_each(batch, &mut |i, req| {
             if std::mem::take(&mut open[i]) {
-                if req.is_write() {
-                    self.bytes_written.fetch_add(req.len() as u64, Relaxed);
-                    self.writes.fetch_add(1, Release);
-                } else {
-                    if let Some(Ok(n)) = req.result() {
-                        self.bytes_read.fetch_add(n as u64, Relaxed);
-                    }
-                    self.reads.fetch_add(1, Release);
-                }
+                self.count(req);
             }
             done(i, req);
         });

@@ -96,6 +96,20 @@ pub struct FaultyStore<S> {
 }
 
 impl<S: Store> FaultyStore<S> {
+    /// Fails the open requests of `batch` that their rule picks.
+    fn fail_picked(&self, batch: &mut [IoRequest<'_>]) {
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            let (rule, op) = if req.is_write() {
+                (&self.writes, StoreOp::Write)
+            } else {
+                (&self.reads, StoreOp::Read)
+            };
+            if let Err(e) = self.check(rule, op, req.offset(), req.len() as u64) {
+                req.complete(Err(e));
+            }
+        }
+    }
+
     /// Wraps `inner`; nothing fails until a trigger is set.
     pub fn new(inner: S) -> Self {
         FaultyStore {
@@ -183,16 +197,7 @@ impl<S: Store> Store for FaultyStore<S> {
     /// Fails the requests their rule picks, then gives the others to the
     /// wrapped store as one batch.
     fn submit(&self, batch: &mut [IoRequest<'_>]) {
-        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
-            let (rule, op) = if req.is_write() {
-                (&self.writes, StoreOp::Write)
-            } else {
-                (&self.reads, StoreOp::Read)
-            };
-            if let Err(e) = self.check(rule, op, req.offset(), req.len() as u64) {
-                req.complete(Err(e));
-            }
-        }
+        self.fail_picked(batch);
         self.inner.submit(batch);
     }
     fn submit_each(
@@ -200,16 +205,7 @@ impl<S: Store> Store for FaultyStore<S> {
         batch: &mut [IoRequest<'_>],
         done: &mut dyn FnMut(usize, &mut IoRequest<'_>),
     ) {
-        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
-            let (rule, op) = if req.is_write() {
-                (&self.writes, StoreOp::Write)
-            } else {
-                (&self.reads, StoreOp::Read)
-            };
-            if let Err(e) = self.check(rule, op, req.offset(), req.len() as u64) {
-                req.complete(Err(e));
-            }
-        }
+        self.fail_picked(batch);
         self.inner.submit_each(batch, done);
     }
     fn queue_depth(&self) -> usize {
