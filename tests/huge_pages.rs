@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umio::backends::FileStore;
-use umio::{
-    Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store, UncheckedAdvice,
-};
+use umio::{Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store};
 
 use common::{Rng, assert_same, random_bytes, rw_file_with};
 
@@ -253,6 +251,30 @@ struct HugePool {
     was: String,
 }
 
+/// The lock every test reading or changing the system's hugetlb pool takes
+/// (the C tests' `lock_hugetlb_pool` too), held while it lives: two suites
+/// running at once would otherwise shrink the pool under each other's
+/// hugetlb regions (whose faults then fail with SIGBUS, as under the
+/// kernel) or see a pool they did not expect.
+struct PoolLock(#[allow(dead_code)] std::fs::File);
+
+impl PoolLock {
+    fn acquire() -> PoolLock {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open("/tmp/umio-hugetlb-pool.lock")
+            .unwrap();
+        // SAFETY: flock on a descriptor we own; it blocks until granted.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+        PoolLock(f)
+    }
+}
+
 const NR: &str = "/proc/sys/vm/nr_hugepages";
 
 impl HugePool {
@@ -290,6 +312,7 @@ fn hugetlb_regions_with_and_without_reserved_pages() {
     let len = 24 * MIB + 1000;
     let data = random_bytes(len, 24);
     let (tmp, file) = rw_file_with(&data);
+    let _lock = PoolLock::acquire();
     {
         let _pool = HugePool::set(8);
         if free_huge() < 8 {

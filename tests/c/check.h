@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,16 @@
 static inline unsigned char pattern(uint64_t off) {
   uint64_t x = off * 0x9E3779B97F4A7C15ull;
   return (unsigned char)(x >> 56) ^ (unsigned char)(off >> 12);
+}
+
+/* Holds, until the process ends, the lock that every test reading or
+   changing the system's 2 MiB hugetlb pool (vm.nr_hugepages) takes, so that
+   two test suites running at once do not see each other's pool (the Rust
+   suite's tests/huge_pages.rs takes it too). */
+static inline void lock_hugetlb_pool(void) {
+  int fd = open("/tmp/umio-hugetlb-pool.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  CHECK(fd >= 0);
+  CHECK(flock(fd, LOCK_EX) == 0);
 }
 
 /* A new file of `len` pattern bytes in $TMPDIR, open O_RDWR (or with

@@ -45,6 +45,7 @@ int main(void) {
   CHECK(umio_config_set_page_size(PAGE) == 0);
   CHECK(umio_config_set_cache_bytes(64 * PAGE) == 0);
   int fd = make_file(path, LEN, O_RDWR);
+  lock_hugetlb_pool();
   int hugepages = 0;
   FILE *f = fopen("/proc/sys/vm/nr_hugepages", "r");
   if (f) {

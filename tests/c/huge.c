@@ -119,6 +119,7 @@ int main(void) {
   errno = 0;
   CHECK(umio_map(NULL, LEN, PROT_READ, MAP_SHARED, fd, 0, &huge) == MAP_FAILED && errno == EINVAL);
 
+  lock_hugetlb_pool();
   if (free_huge_pages() == 0) {
     huge.hugetlb = UMIO_HUGETLB_REQUIRE;
     errno = 0;
