@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::config::{Builder, RuntimeConfig};
 use crate::env::EnvConfig;
 use crate::error::{Error, Result};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::kernel::{DirtyTracking, KernelFeatures, UffdMode, kernel_features, open_uffd};
 use crate::process::ProcessRuntime;
 use crate::shared::Shared;
