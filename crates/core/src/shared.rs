@@ -35,7 +35,7 @@ use crate::trace::{FaultTrace, Step, Tracer, now};
 
 /// Serialises changes of any runtime's cache bound; freed in a fork child
 /// if another thread held it (`fork.rs`).
-pub(crate) static RESIZING: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+pub(crate) static RESIZING: crate::fork_lock::ForkMutex<()> = crate::fork_lock::ForkMutex::new(());
 
 /// State shared by the runtime's handles, its mappings and its threads.
 pub(crate) struct Shared {
