@@ -1,5 +1,7 @@
 //! The process's umio runtime, started on first use (in a fork child too:
 //! a child never touches its parent's runtime, whose threads it lacks).
+//! Also whether the kernel's own accesses to umio memory go unserved, so
+//! that system call buffers are faulted in first (`buffers.rs`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
