@@ -32,10 +32,9 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use libc::c_int;
-use umio_core::{FaultService, Mapping, Runtime};
+use umio_core::{FaultService, Mapping};
 
 use crate::maps::{self, Entry, PAGE};
 use crate::runtime::{self, needed};
