@@ -27,6 +27,9 @@ use std::time::Duration;
 
 use crate::sys::proc;
 
+/// The share of `UMIO_CACHE_BYTES=auto`.
+pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
+
 /// How often the bound is reconsidered without a pressure event.
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);
 /// PSI `some avg10` (percent of time stalled) that counts as pressure.

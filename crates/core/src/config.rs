@@ -1,6 +1,5 @@
 //! Configuration of a runtime: [`Builder`] with its defaults and checks,
-//! the `UMIO_*` environment variables ([`Builder::from_env`]), and the one
-//! size parser ([`parse_size`]) that the C library and the shim use too.
+//! and the `UMIO_*` environment variables ([`Builder::from_env`]).
 //!
 //! [`Builder::build`] (in `runtime.rs`) checks a builder into [`Settings`]
 //! and starts the runtime from them.
@@ -11,7 +10,7 @@ use umio_cache::{EvictionPolicy, PolicyKind};
 
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, PromoteKind};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::kernel::{DirtyTracking, UffdMode};
 use crate::prefetch::PrefetchKind;
 use crate::spin::FillerWait;
@@ -114,28 +113,6 @@ impl Default for Builder {
             page_cache: false,
         }
     }
-}
-
-/// A size in bytes: a decimal number with an optional `K`, `M`, `G` or `T`
-/// suffix (powers of 1024, any case), white space around it ignored, as
-/// every `UMIO_*` and `UMAP_*` size variable takes it. `None` if malformed
-/// or larger than `u64`.
-///
-/// ```
-/// assert_eq!(umio_core::parse_size(" 64K"), Some(64 << 10));
-/// assert_eq!(umio_core::parse_size("2m"), Some(2 << 20));
-/// assert_eq!(umio_core::parse_size("-1"), None);
-/// ```
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
-        (i, 'm' | 'M') => (&s[..i], 1 << 20),
-        (i, 'g' | 'G') => (&s[..i], 1 << 30),
-        (i, 't' | 'T') => (&s[..i], 1 << 40),
-        _ => (s, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
 fn env_var(name: &str) -> Option<String> {
@@ -556,9 +533,6 @@ impl Builder {
 /// [`Builder::remove_events`]'s default.
 pub const DEFAULT_REMOVE_EVENTS: bool = false;
 
-/// The share of `UMIO_CACHE_BYTES=auto`.
-pub const DEFAULT_AUTO_SHARE: f64 = 0.5;
-
 /// The checks [`Builder::build`] makes of single settings, for callers
 /// that take a setting before they build (the C library's setters): each
 /// is [`Error::InvalidArgument`] for a value the builder would refuse.
@@ -802,21 +776,4 @@ pub(crate) struct Settings {
     pub evictors: usize,
     pub uffd_mode: UffdMode,
     pub trace_faults: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("64K"), Some(64 << 10));
-        assert_eq!(parse_size(" 2m "), Some(2 << 20));
-        assert_eq!(parse_size("1G"), Some(1 << 30));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("-1"), None);
-        assert_eq!(parse_size("99999999999999999999T"), None);
-    }
 }

@@ -14,7 +14,7 @@ use umio_backends::{FileStore, Store, UncachedFileStore};
 use crate::config::{Builder, MIN_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::huge::{HUGE_PAGE_SIZE, HugeState, free_huge_pages};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::mapping::{Fixed, MapOptions, Mapping};
 use crate::region::Region;
 use crate::runtime::Runtime;

@@ -35,12 +35,12 @@ use std::time::Duration;
 
 use umio_cache::PolicyKind;
 
-use crate::config::{DEFAULT_AUTO_SHARE, parse_size};
+use crate::autosize::DEFAULT_AUTO_SHARE;
 use crate::error::{Error, Result};
 use crate::huge::PromoteKind;
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::kernel::{DirtyTracking, UffdMode};
-use crate::parse::size;
+use crate::parse::{parse_size, size};
 
 /// A `UMAP_*` variable's name and the error of a malformed value.
 type Alias = (&'static str, &'static str);

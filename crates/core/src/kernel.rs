@@ -8,6 +8,74 @@ use crate::error::{Error, Result};
 use crate::sys::pagemap::Pagemap;
 use crate::sys::uffd::{OpenFailure, Uffd, feature};
 
+/// How a region's faults are served: per region
+/// ([`MapOptions::fault_service`](crate::MapOptions::fault_service)), with
+/// the runtime's setting ([`Builder::fault_service`](crate::Builder::fault_service),
+/// `UMIO_FAULT_SERVICE`) as the default of regions that do not choose. A
+/// runtime opens one userfaultfd per service it uses, the first time a
+/// region of that service is mapped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FaultService {
+    /// Filler threads read fault events from the userfaultfd and resolve
+    /// them; the faulting thread sleeps in the kernel meanwhile (two
+    /// hand-offs per miss). Faults raised by the kernel on a mapping's
+    /// behalf (a mapped buffer passed to `read(2)`) are served too, in full
+    /// userfaultfd mode.
+    Fillers,
+    /// The faulting thread serves its own fault in a SIGBUS handler
+    /// (`UFFD_FEATURE_SIGBUS`): no hand-off, and every application thread
+    /// has its own miss in flight. Its one rule: a non-resident mapped
+    /// buffer passed to a system call fails it with `EFAULT` (the kernel
+    /// raises no signal for its own accesses); pass it through
+    /// [`Mapping::read_into`](crate::Mapping::read_into) and
+    /// [`Mapping::write_from`](crate::Mapping::write_from), or fault it in
+    /// first ([`Mapping::populate`](crate::Mapping::populate)). A map is
+    /// refused while a thread of the process blocks SIGBUS; a thread that
+    /// blocks it later is killed by the kernel on its first miss.
+    InThread,
+    /// The default: [`InThread`](FaultService::InThread) where nothing is
+    /// lost by it, [`Fillers`](FaultService::Fillers) otherwise. Nothing is
+    /// lost where the runtime's userfaultfd is user-mode-only (system calls
+    /// on non-resident buffers fail either way), or where the program
+    /// declares the region private to user code
+    /// ([`MapOptions::user_access_only`](crate::MapOptions::user_access_only));
+    /// it also takes a kernel with `UFFD_FEATURE_SIGBUS`, an evictor, and
+    /// no thread blocking SIGBUS when the region is mapped.
+    #[default]
+    Auto,
+}
+
+impl FaultService {
+    /// By name, any case: `fillers`, `in-thread` (also `in_thread`,
+    /// `inthread`, `sigbus`) or `auto`, as `UMIO_FAULT_SERVICE` takes them.
+    pub fn from_name(name: &str) -> Option<FaultService> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "fillers" | "filler" | "threads" => Some(FaultService::Fillers),
+            "in-thread" | "in_thread" | "inthread" | "sigbus" => Some(FaultService::InThread),
+            "auto" => Some(FaultService::Auto),
+            _ => None,
+        }
+    }
+
+    /// The name [`from_name`](FaultService::from_name) takes back.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultService::Fillers => "fillers",
+            FaultService::InThread => "in-thread",
+            FaultService::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for FaultService {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<FaultService> {
+        FaultService::from_name(s).ok_or(Error::InvalidArgument(
+            "a fault service is fillers, in-thread or auto",
+        ))
+    }
+}
+
 /// Which page faults a runtime's userfaultfd receives: see
 /// [`Builder::uffd_mode`](crate::Builder::uffd_mode).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,13 +257,13 @@ pub fn kernel_features() -> Result<KernelFeatures> {
 /// for the in-thread service's only (a fault on its ranges raises SIGBUS
 /// in the faulting thread; a kernel access to one fails with `EFAULT`).
 pub(crate) fn service_features(
-    service: crate::in_thread::FaultService,
+    service: FaultService,
     offered: u64,
     remove_events: bool,
     wp_async: bool,
 ) -> u64 {
     let mut wanted = feature::PAGEFAULT_FLAG_WP | feature::POISON | feature::THREAD_ID;
-    if service == crate::in_thread::FaultService::InThread {
+    if service == FaultService::InThread {
         wanted |= feature::SIGBUS;
     }
     if remove_events {
@@ -262,4 +330,26 @@ pub(crate) fn open_uffd(mode: UffdMode) -> Result<(Uffd, bool)> {
 fn pagemap_scan_works() -> bool {
     static PROBE: OnceLock<bool> = OnceLock::new();
     *PROBE.get_or_init(|| Pagemap::open().is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in [
+            FaultService::Fillers,
+            FaultService::InThread,
+            FaultService::Auto,
+        ] {
+            assert_eq!(FaultService::from_name(s.name()), Some(s));
+            assert_eq!(s.name().parse::<FaultService>().unwrap(), s);
+        }
+        assert_eq!(
+            FaultService::from_name(" In_Thread "),
+            Some(FaultService::InThread)
+        );
+        assert!(FaultService::from_name("threadz").is_none());
+    }
 }

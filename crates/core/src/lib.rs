@@ -15,6 +15,7 @@ mod evict;
 mod fault;
 mod fill;
 mod fork;
+mod fork_lock;
 mod handover;
 pub mod histogram;
 mod huge;
@@ -46,18 +47,20 @@ mod unmap;
 mod update;
 mod writeback;
 
+pub use autosize::DEFAULT_AUTO_SHARE;
 pub use config::{
-    Builder, DEFAULT_AUTO_SHARE, DEFAULT_EVICTORS, DEFAULT_MAX_FAULT_EVENTS, DEFAULT_PAGE_SIZE,
-    DEFAULT_READ_AHEAD, DEFAULT_REMOVE_EVENTS, DEFAULT_WATERMARKS, MAX_PAGE_SIZE, MIN_PAGE_SIZE,
-    RuntimeConfig, default_cache_bytes, default_fillers, parse_size,
+    Builder, DEFAULT_EVICTORS, DEFAULT_MAX_FAULT_EVENTS, DEFAULT_PAGE_SIZE, DEFAULT_READ_AHEAD,
+    DEFAULT_REMOVE_EVENTS, DEFAULT_WATERMARKS, MAX_PAGE_SIZE, MIN_PAGE_SIZE, RuntimeConfig,
+    default_cache_bytes, default_fillers,
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
 pub use error::{Errno, Error, Result};
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
-pub use in_thread::{FaultService, in_fault_handler};
-pub use kernel::{DirtyTracking, KernelFeatures, UffdMode, kernel_features};
+pub use in_thread::in_fault_handler;
+pub use kernel::{DirtyTracking, FaultService, KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{IntoMutError, MapOptions, Mapping, MappingMut};
+pub use parse::parse_size;
 pub use prefetch::{
     Advice, Fault, FaultKind, FetchList, Miss, PrefetchKind, Prefetcher, ReadAhead, Stride,
     UncheckedAdvice,

@@ -9,7 +9,7 @@ use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
 use crate::huge::{PromoteKind, Promoter};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::prefetch::{Advice, FetchList, PrefetchKind, Prefetcher, UncheckedAdvice};
 use crate::region::Region;
 use crate::runtime::Runtime;

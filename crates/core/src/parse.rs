@@ -1,4 +1,5 @@
-//! Settings as strings give them: sizes as `usize` ([`size`]), and
+//! Settings as strings give them: sizes ([`parse_size`], the one size
+//! parser that the C library and the shim use too, and [`size`] as `usize`), and
 //! policies by name: [`FromStr`] for [`PrefetchKind`] and [`PromoteKind`]
 //! (umio-cache's `PolicyKind` has its own), as command lines and
 //! configuration files give them.
@@ -9,7 +10,29 @@ use umio_cache::UnknownName;
 
 use crate::{PrefetchKind, PromoteKind};
 
-/// A size in bytes ([`parse_size`](crate::parse_size)'s syntax) as
+/// A size in bytes: a decimal number with an optional `K`, `M`, `G` or `T`
+/// suffix (powers of 1024, any case), white space around it ignored, as
+/// every `UMIO_*` and `UMAP_*` size variable takes it. `None` if malformed
+/// or larger than `u64`.
+///
+/// ```
+/// assert_eq!(umio_core::parse_size(" 64K"), Some(64 << 10));
+/// assert_eq!(umio_core::parse_size("2m"), Some(2 << 20));
+/// assert_eq!(umio_core::parse_size("-1"), None);
+/// ```
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// A size in bytes ([`parse_size`](parse_size)'s syntax) as
 /// `usize`: read-ahead windows here, the `usize` settings of the
 /// environment (`env.rs`) and the preload shim's own sizes. `None` if
 /// malformed or larger than `usize`.
@@ -19,7 +42,7 @@ use crate::{PrefetchKind, PromoteKind};
 /// assert_eq!(umio_core::parse::size(""), None);
 /// ```
 pub fn size(s: &str) -> Option<usize> {
-    usize::try_from(crate::parse_size(s)?).ok()
+    usize::try_from(parse_size(s)?).ok()
 }
 
 impl FromStr for PrefetchKind {
@@ -66,6 +89,18 @@ impl FromStr for PromoteKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size(" 2m "), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
 
     #[test]
     fn sizes_parse_as_usize() {

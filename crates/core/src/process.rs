@@ -8,7 +8,7 @@ use std::any::Any;
 use crate::config::Builder;
 use crate::env::EnvConfig;
 use crate::error::{Errno, Error, Result};
-use crate::fork::{ForkGuard, ForkMutex};
+use crate::fork_lock::{ForkGuard, ForkMutex};
 use crate::runtime::Runtime;
 
 /// A configuration the process-wide runtime starts from: compared with the
@@ -247,6 +247,18 @@ impl Owner {
             error,
             repeated: false,
         })
+    }
+}
+
+impl Runtime {
+    /// The process-wide runtime, started on first use from the environment
+    /// ([`Builder::from_env`]); the C library and the preload shim share
+    /// its owner, [`ProcessRuntime`], and its rules: a fork child starts a
+    /// runtime of its own, and a failed start is remembered: every call
+    /// returns its error until the environment changes (then the next call
+    /// tries again).
+    pub fn global() -> Result<&'static Runtime> {
+        Ok(ProcessRuntime::get_or_start(EnvConfig::from_process)?)
     }
 }
 

@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use crate::fork::{ForkGuard, ForkMutex};
+use crate::fork_lock::{ForkGuard, ForkMutex};
 use crate::padded::CachePadded;
 
 static EPOCH: AtomicUsize = AtomicUsize::new(0);

@@ -7,11 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::config::{Builder, RuntimeConfig};
-use crate::env::EnvConfig;
 use crate::error::{Error, Result};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::kernel::{DirtyTracking, KernelFeatures, UffdMode, kernel_features, open_uffd};
-use crate::process::ProcessRuntime;
 use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::sys::uffd::feature;
@@ -147,16 +145,6 @@ impl Runtime {
     /// A builder with defaults that work.
     pub fn builder() -> Builder {
         Builder::default()
-    }
-
-    /// The process-wide runtime, started on first use from the environment
-    /// ([`Builder::from_env`]); the C library and the preload shim share
-    /// its owner, [`ProcessRuntime`], and its rules: a fork child starts a
-    /// runtime of its own, and a failed start is remembered: every call
-    /// returns its error until the environment changes (then the next call
-    /// tries again).
-    pub fn global() -> Result<&'static Runtime> {
-        Ok(ProcessRuntime::get_or_start(EnvConfig::from_process)?)
     }
 
     /// How this runtime serves the faults of a region that chooses no

@@ -19,7 +19,8 @@ use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageState};
 use crate::config::{Config, Settings};
 use crate::error::{Error, Result};
 use crate::huge::HUGE_PAGE_SIZE;
-use crate::in_thread::{self, FaultService};
+use crate::in_thread;
+use crate::kernel::FaultService;
 use crate::kernel::{KernelFeatures, configure, open_configured, service_features};
 use crate::padded::CachePadded;
 use crate::prefetch::FetchList;
@@ -34,7 +35,7 @@ use crate::trace::{FaultTrace, Step, Tracer, now};
 
 /// Serialises changes of any runtime's cache bound; freed in a fork child
 /// if another thread held it (`fork.rs`).
-pub(crate) static RESIZING: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+pub(crate) static RESIZING: crate::fork_lock::ForkMutex<()> = crate::fork_lock::ForkMutex::new(());
 
 /// State shared by the runtime's handles, its mappings and its threads.
 pub(crate) struct Shared {

@@ -218,14 +218,14 @@ macro_rules! region_counters {
             $($(#[doc = $doc])* pub $name: u64,)*
             /// How the region's faults are served (`Fillers` or
             /// `InThread`): [`Mapping::fault_service`](crate::Mapping::fault_service).
-            pub fault_service: crate::in_thread::FaultService,
+            pub fault_service: crate::kernel::FaultService,
         }
 
         impl RegionCounters {
             pub(crate) fn snapshot(&self) -> RegionStats {
                 RegionStats {
                     $($name: self.$name.load(Relaxed),)*
-                    fault_service: crate::in_thread::FaultService::Fillers,
+                    fault_service: crate::kernel::FaultService::Fillers,
                 }
             }
         }

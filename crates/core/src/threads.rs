@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::autosize::{MemoryView, PERIOD, next_bound, psi_trigger};
 use crate::error::{Error, Result};
-use crate::in_thread::FaultService;
+use crate::kernel::FaultService;
 use crate::scratch::Scratch;
 use crate::shared::Shared;
 use crate::spin::{ADAPTIVE_SPIN, FillerWait};

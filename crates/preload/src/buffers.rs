@@ -32,55 +32,21 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use libc::c_int;
-use umio_core::{FaultService, Mapping, Runtime};
+use umio_core::{FaultService, Mapping};
 
-use crate::coherence;
 use crate::maps::{self, Entry, PAGE};
+use crate::runtime::{self, needed};
 use crate::{heap, sys};
-
-/// Whether some umio memory of the process leaves the kernel's accesses
-/// unserved: the runtime's userfaultfd is user-mode-only, or a mapping is
-/// served in-thread (`UMIO_PRELOAD_IN_THREAD_PATHS`).
-static NEEDED: AtomicBool = AtomicBool::new(false);
-/// The runtime's userfaultfd is user-mode-only: the fillers' mappings need
-/// faulting in too.
-static USER_MODE_ONLY: AtomicBool = AtomicBool::new(false);
-/// Bytes one call may fault in: half the cache.
-static LIMIT: AtomicUsize = AtomicUsize::new(0);
 
 /// How many times a call is made while it fails with `EFAULT`, each time
 /// with a quarter of the bytes faulted in before (down to one page).
 const ATTEMPTS: usize = 8;
 
-/// Records how `rt`, the process's runtime (just built), serves the
-/// kernel's accesses.
-pub(crate) fn runtime_started(rt: &Runtime) {
-    let half = usize::try_from(rt.cache_bytes() / 2).unwrap_or(usize::MAX);
-    LIMIT.store(half.max(rt.page_size()), Ordering::Relaxed);
-    USER_MODE_ONLY.store(rt.user_mode_only(), Ordering::Relaxed);
-    if rt.user_mode_only() {
-        NEEDED.store(true, Ordering::Release);
-    }
-}
-
-/// A mapping served in the faulting thread was made: calls must fault
-/// their buffers in from now on.
-pub(crate) fn in_thread_mapped() {
-    NEEDED.store(true, Ordering::Release);
-}
-
 /// Whether the kernel's own accesses to `m` fail on non-resident pages.
 fn unserved(m: &Mapping) -> bool {
-    m.fault_service() == FaultService::InThread || USER_MODE_ONLY.load(Ordering::Relaxed)
-}
-
-/// Whether calls must fault their buffers in first.
-#[inline]
-pub(crate) fn needed() -> bool {
-    NEEDED.load(Ordering::Acquire)
+    m.fault_service() == FaultService::InThread || runtime::user_mode_only()
 }
 
 /// What the kernel does with a buffer.
@@ -183,7 +149,7 @@ pub(crate) fn around(bufs: &[(usize, usize)], access: Access, call: impl Fn() ->
     if !needed() {
         return call();
     }
-    let mut limit = LIMIT.load(Ordering::Relaxed);
+    let mut limit = runtime::fault_in_limit();
     let mut r = -1;
     for _ in 0..ATTEMPTS {
         let parts = parts(bufs, access, limit);
@@ -227,7 +193,7 @@ pub(crate) fn around_one(
             return if done > 0 { done as isize } else { r };
         }
         done += r as usize;
-        if done >= len || coherence::file_of(fd).is_none() {
+        if done >= len || maps::file_of(fd).is_none() {
             return done as isize;
         }
     }

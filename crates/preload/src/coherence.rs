@@ -26,21 +26,8 @@ use std::sync::Arc;
 
 use libc::{c_int, c_long};
 
-use crate::maps::{self, Entry, FileId};
+use crate::maps::{self, Entry, FileId, file_of};
 use crate::runtime::Errno;
-
-/// The identity and size of the file open as `fd`, if it is a regular
-/// file or a block device (anything else is never mapped by umio).
-pub(crate) fn file_of(fd: c_int) -> Option<(FileId, u64)> {
-    // SAFETY: fstat writes the struct we pass; a bad descriptor fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
-        return None;
-    }
-    let fmt = st.st_mode & libc::S_IFMT;
-    (fmt == libc::S_IFREG || fmt == libc::S_IFBLK).then(|| (FileId::of(&st), st.st_size as u64))
-}
 
 /// The current position of `fd` (`None` for a descriptor without one).
 fn position(fd: c_int) -> Option<u64> {

@@ -278,7 +278,7 @@ unsafe fn iov_len(iov: *const libc::iovec, cnt: c_int) -> usize {
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_write, fd, buf, n) as ssize_t };
-    if !maps::any() && !buffers::needed() {
+    if !maps::any() && !crate::runtime::needed() {
         return raw();
     }
     let kernel = || {
@@ -319,7 +319,7 @@ pub extern "C" fn _Exit(status: c_int) -> ! {
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) as ssize_t };
-    if (!maps::any() && !buffers::needed()) || off < 0 {
+    if (!maps::any() && !crate::runtime::needed()) || off < 0 {
         return raw();
     }
     let kernel = || {
@@ -365,7 +365,7 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_writev, fd, iov, cnt) as ssize_t };
-    if !maps::any() && !buffers::needed() {
+    if !maps::any() && !crate::runtime::needed() {
         return raw();
     }
     boundary(-1, raw, || {
@@ -394,7 +394,7 @@ pub unsafe extern "C" fn pwritev2(
     // 0 on a 64-bit kernel).
     let raw =
         || unsafe { libc::syscall(libc::SYS_pwritev2, fd, iov, cnt, off, 0, flags) as ssize_t };
-    if (!maps::any() && !buffers::needed()) || off < -1 {
+    if (!maps::any() && !crate::runtime::needed()) || off < -1 {
         return raw();
     }
     let at = if flags & libc::RWF_APPEND != 0 {
@@ -469,7 +469,7 @@ pub unsafe extern "C" fn pwritev64(
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t };
-    if !maps::any() && !buffers::needed() {
+    if !maps::any() && !crate::runtime::needed() {
         return raw();
     }
     let kernel = || {
@@ -489,7 +489,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_pread64, fd, buf, n, off) as ssize_t };
-    if (!maps::any() && !buffers::needed()) || off < 0 {
+    if (!maps::any() && !crate::runtime::needed()) || off < 0 {
         return raw();
     }
     let kernel = || {
@@ -529,7 +529,7 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: of
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: forwarded as the caller gave it.
     let raw = || unsafe { libc::syscall(libc::SYS_readv, fd, iov, cnt) as ssize_t };
-    if !maps::any() && !buffers::needed() {
+    if !maps::any() && !crate::runtime::needed() {
         return raw();
     }
     boundary(-1, raw, || {
@@ -556,7 +556,7 @@ pub unsafe extern "C" fn preadv2(
     // SAFETY: forwarded as the caller gave it.
     let raw =
         || unsafe { libc::syscall(libc::SYS_preadv2, fd, iov, cnt, off, 0, flags) as ssize_t };
-    if (!maps::any() && !buffers::needed()) || off < -1 {
+    if (!maps::any() && !crate::runtime::needed()) || off < -1 {
         return raw();
     }
     boundary(-1, raw, || {
@@ -645,7 +645,7 @@ fn socket_call(
     bufs: impl FnOnce() -> Vec<(usize, usize)>,
     raw: impl Fn() -> isize,
 ) -> isize {
-    if !buffers::needed() {
+    if !crate::runtime::needed() {
         return raw();
     }
     boundary(-1, &raw, || Ok(buffers::around(&bufs(), access, &raw)))

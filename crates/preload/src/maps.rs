@@ -56,6 +56,19 @@ pub(crate) struct Entry {
     pub file_id: FileId,
 }
 
+/// The identity and size of the file open as `fd`, if it is a regular
+/// file or a block device (anything else is never mapped by umio).
+pub(crate) fn file_of(fd: c_int) -> Option<(FileId, u64)> {
+    // SAFETY: fstat writes the struct we pass; a bad descriptor fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
+        return None;
+    }
+    let fmt = st.st_mode & libc::S_IFMT;
+    (fmt == libc::S_IFREG || fmt == libc::S_IFBLK).then(|| (FileId::of(&st), st.st_size as u64))
+}
+
 /// A file's identity: device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileId {
@@ -450,7 +463,7 @@ pub(crate) fn map(
     MAPPED_BYTES.fetch_add(len_r, Ordering::Relaxed);
     if entry.mapping.fault_service() == FaultService::InThread {
         MAPPED_IN_THREAD.fetch_add(1, Ordering::Relaxed);
-        crate::buffers::in_thread_mapped();
+        crate::runtime::in_thread_mapped();
     }
     let mut t = lock();
     t.insert(Segment {
@@ -517,7 +530,7 @@ pub(crate) fn kernel_mapped_shared(fd: c_int) {
         // No file mapping is ever umio's.
         return;
     }
-    let Some((id, _)) = crate::coherence::file_of(fd) else {
+    let Some((id, _)) = file_of(fd) else {
         return;
     };
     if kernel_serves(id) {

@@ -1,7 +1,10 @@
 //! The process's umio runtime, started on first use (in a fork child too:
 //! a child never touches its parent's runtime, whose threads it lacks).
+//! Also whether the kernel's own accesses to umio memory go unserved, so
+//! that system call buffers are faulted in first (`buffers.rs`).
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use umio_core::{EnvConfig, ProcessConfig, ProcessRuntime, Runtime};
 
@@ -29,7 +32,7 @@ impl ProcessConfig for ShimStart {
 
     fn started(&self, rt: &Runtime) {
         start_logging();
-        crate::buffers::runtime_started(rt);
+        runtime_started(rt);
         log::info!(
             "runtime started: {} fault service, page size {} bytes, cache {} bytes",
             service_name(rt),
@@ -107,4 +110,47 @@ pub(crate) fn service_name(rt: &Runtime) -> &'static str {
         umio_core::FaultService::InThread => "in-thread",
         _ => "fillers",
     }
+}
+
+/// Whether some umio memory of the process leaves the kernel's accesses
+/// unserved: the runtime's userfaultfd is user-mode-only, or a mapping is
+/// served in-thread (`UMIO_PRELOAD_IN_THREAD_PATHS`).
+static NEEDED: AtomicBool = AtomicBool::new(false);
+/// The runtime's userfaultfd is user-mode-only: the fillers' mappings need
+/// faulting in too.
+static USER_MODE_ONLY: AtomicBool = AtomicBool::new(false);
+/// Bytes one call may fault in: half the cache.
+static LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Records how `rt`, the process's runtime (just built), serves the
+/// kernel's accesses.
+fn runtime_started(rt: &Runtime) {
+    let half = usize::try_from(rt.cache_bytes() / 2).unwrap_or(usize::MAX);
+    LIMIT.store(half.max(rt.page_size()), Ordering::Relaxed);
+    USER_MODE_ONLY.store(rt.user_mode_only(), Ordering::Relaxed);
+    if rt.user_mode_only() {
+        NEEDED.store(true, Ordering::Release);
+    }
+}
+
+/// A mapping served in the faulting thread was made: calls must fault
+/// their buffers in from now on.
+pub(crate) fn in_thread_mapped() {
+    NEEDED.store(true, Ordering::Release);
+}
+
+/// Whether calls must fault their buffers in first.
+#[inline]
+pub(crate) fn needed() -> bool {
+    NEEDED.load(Ordering::Acquire)
+}
+
+/// Whether the runtime's userfaultfd is user-mode-only.
+pub(crate) fn user_mode_only() -> bool {
+    USER_MODE_ONLY.load(Ordering::Relaxed)
+}
+
+/// Bytes one call may fault in.
+pub(crate) fn fault_in_limit() -> usize {
+    LIMIT.load(Ordering::Relaxed)
 }
