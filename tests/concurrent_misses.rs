@@ -269,3 +269,95 @@ fn in_child(name: &str) {
     };
     assert!(st.success(), "in-thread child of {name}: {st:?}");
 }
+
+/// Threads that miss at once over a file (the default store: `O_DIRECT`
+/// through io_uring where the file system allows, so batches of misses
+/// reach it), reading and writing, with a cache an eighth of the file:
+/// every byte read is the file's or the thread's own last write, and the
+/// file holds every write after a flush.
+fn many_threads_read_and_write_a_file(service: FaultService) {
+    const FILE_PAGES: usize = 2048;
+    const THREADS: usize = 4;
+    let data = common::random_bytes(FILE_PAGES * PS, 41);
+    let (tmp, f) = common::rw_file_with(&data);
+    let rt = Runtime::builder()
+        .cache_bytes((FILE_PAGES * PS / 8) as u64)
+        .page_size(PS)
+        .fillers(2)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    // SAFETY: nothing else changes the file while the mapping lives.
+    let m = unsafe {
+        rt.map_file(
+            &f,
+            MapOptions::new()
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+    }
+    .unwrap();
+    let base = m.as_ptr() as usize;
+    let data = &data;
+    // Thread k writes the pages p with p % THREADS == k (byte 0 of each),
+    // and reads any page.
+    let written: Vec<Vec<(usize, u8)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|k| {
+                s.spawn(move || {
+                    let mut rng = common::Rng::new(7 + k as u64);
+                    let mut mine = std::collections::HashMap::new();
+                    for i in 0..3000 {
+                        let p = rng.below(FILE_PAGES);
+                        let at = p * PS + rng.below(PS);
+                        // SAFETY: inside the mapping.
+                        let got = unsafe { std::ptr::read_volatile((base + at) as *const u8) };
+                        let want = match mine.get(&p) {
+                            Some(&v) if at % PS == 0 => v,
+                            _ => data[at],
+                        };
+                        if !(at % PS == 0 && p % THREADS != k) {
+                            assert_eq!(got, want, "thread {k}: byte {at}");
+                        }
+                        if i % 3 == 0 {
+                            let p = (rng.below(FILE_PAGES / THREADS)) * THREADS + k;
+                            let v = (i as u8) | 1;
+                            // SAFETY: inside the mapping, written by this
+                            // thread only.
+                            unsafe { std::ptr::write_volatile((base + p * PS) as *mut u8, v) };
+                            mine.insert(p, v);
+                        }
+                    }
+                    mine.into_iter().collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    m.flush().unwrap();
+    let st = rt.stats();
+    eprintln!(
+        "{}: {} misses, {} batches of reads ({} reads)",
+        service.name(),
+        st.read_misses + st.write_misses,
+        st.read_submissions,
+        st.reads_submitted
+    );
+    let mut want = data.clone();
+    for (p, v) in written.into_iter().flatten() {
+        want[p * PS] = v;
+    }
+    drop(m);
+    let got = std::fs::read(tmp.path()).unwrap();
+    common::assert_same(&got, &want, "the file after flush");
+}
+
+#[test]
+fn many_threads_missing_at_once_read_and_write_the_right_bytes() {
+    if std::env::var_os("UMIO_MISSES_CHILD").is_some() {
+        many_threads_read_and_write_a_file(FaultService::InThread);
+        return;
+    }
+    many_threads_read_and_write_a_file(FaultService::Fillers);
+    in_child("many_threads_missing_at_once_read_and_write_the_right_bytes");
+}
