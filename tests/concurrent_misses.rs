@@ -180,8 +180,23 @@ fn in_userfault(tid: i32) -> bool {
 /// umio (fillers: queued, or pending on the descriptor), once the held
 /// read is waiting.
 fn pair_in_flight(rt: Runtime, wait_queued: fn(&Runtime, &Pairing, [i32; 2])) {
+    pair_in_flight_after(rt, 0..0, wait_queued);
+}
+
+/// [`pair_in_flight`], after touching `first` (pages past the others).
+fn pair_in_flight_after(
+    rt: Runtime,
+    first: std::ops::Range<usize>,
+    wait_queued: fn(&Runtime, &Pairing, [i32; 2]),
+) {
     let store = Pairing::new();
     let m = Arc::new(map(&rt, &store));
+    for p in first {
+        let at = p * PS;
+        // SAFETY: inside the mapping; volatile so that the access happens.
+        let got = unsafe { std::ptr::read_volatile(m.as_ptr().add(at)) };
+        assert_eq!(got, byte(at), "byte {at}");
+    }
     store.set_hold(true);
     let (held, _held_tid) = touch_on_thread(&m, HELD);
     store.wait_for("the held read", |s| s.holding == 1);
@@ -204,8 +219,12 @@ fn pair_in_flight(rt: Runtime, wait_queued: fn(&Runtime, &Pairing, [i32; 2])) {
 }
 
 fn runtime(service: FaultService, fillers: usize) -> Runtime {
+    runtime_of(service, fillers, 8 << 20)
+}
+
+fn runtime_of(service: FaultService, fillers: usize, cache_bytes: u64) -> Runtime {
     Runtime::builder()
-        .cache_bytes(8 << 20)
+        .cache_bytes(cache_bytes)
         .page_size(PS)
         .fillers(fillers)
         .fault_service(service)
@@ -222,14 +241,25 @@ fn misses_queued_behind_a_read_reach_the_store_together() {
     }
     // Two fillers, one store slot per region: the held read takes it,
     // the other two misses are queued on the region.
-    pair_in_flight(runtime(FaultService::Fillers, 2), |rt, _, _| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while rt.stats().queued_fills < 2 {
-            assert!(Instant::now() < deadline, "hung waiting for queued fills");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    });
+    pair_in_flight(runtime(FaultService::Fillers, 2), two_queued);
     in_child("misses_queued_behind_a_read_reach_the_store_together");
+}
+
+/// Waits until two fills are queued on the region.
+fn two_queued(rt: &Runtime, _: &Pairing, _: [i32; 2]) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rt.stats().queued_fills < 2 {
+        assert!(Instant::now() < deadline, "hung waiting for queued fills");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn misses_queued_behind_a_read_reach_the_store_together_with_the_cache_full() {
+    // A cache of 32 pages, filled first: the batch's space is evicted for
+    // (all of it, not one page of it).
+    let rt = runtime_of(FaultService::Fillers, 2, (32 * PS) as u64);
+    pair_in_flight_after(rt, 32..PAGES, two_queued);
 }
 
 #[test]

@@ -89,9 +89,6 @@ pub(crate) enum Begun {
     Go(bool),
     /// Nothing more to do (the fault was served if true).
     Done(bool),
-    /// No cache space without direct reclaim, which was not allowed:
-    /// nothing was done, the page is still held busy.
-    NoRoom,
 }
 
 impl Shared {
@@ -105,11 +102,9 @@ impl Shared {
         page: usize,
         write: bool,
     ) -> bool {
-        let write = match self.begin_fill(w, region, page, write, true) {
+        let write = match self.begin_fill(w, region, page, write) {
             Begun::Go(write) => write,
             Begun::Done(served) => return served,
-            // Not without direct reclaim.
-            Begun::NoRoom => return true,
         };
         let ps = region.page_size;
         let src = match self.direct_source(region, page, 1) {
@@ -138,62 +133,79 @@ impl Shared {
     }
 
     /// The first steps of a miss's fill (the page held busy by this
-    /// thread): whether it may be filled dirty (a write), and its cache
-    /// space, reserved with direct reclaim if `may_reclaim`.
+    /// thread): whether it may be filled dirty ([`fill_as`](Shared::fill_as)),
+    /// and its cache space, reserved with direct reclaim.
     pub(crate) fn begin_fill(
         &self,
         w: &mut Scratch,
         region: &Region,
         page: usize,
         write: bool,
-        may_reclaim: bool,
     ) -> Begun {
-        self.trace_step(Step::Filling);
-        let ps = region.page_size;
-        let addr = region.page_addr(page);
-        let mut write = write;
-        if write && region.writable {
-            match self.may_dirty(region) {
-                Ok(DirtyNow::Go) => {}
-                // At the dirty limit (fillers): filled as a read; the
-                // write faults again on the clean page and waits there.
-                Ok(DirtyNow::Wait) => write = false,
-                Err(_) if region.in_thread || w.thread != 0 => {
-                    self.refuse_write(region, page, PageState::Empty, w.thread);
-                    return Begun::Done(false);
-                }
-                // A queued miss, whose thread is not known here: filled as
-                // a read, its write faults again, and is refused to its
-                // thread.
-                Err(_) => write = false,
-            }
-        }
-        if !self.reserve(w, ps as u64, may_reclaim, region) {
-            if !may_reclaim {
-                return Begun::NoRoom;
-            }
-            if region.is_closing()
-                || region.is_taking()
-                || self.reader_must_not_drop()
-                || self.is_shutting_down()
-            {
-                // Being unmapped: unregistering will release the thread.
-                // Or part of it being unmapped or dropped, which may wait
-                // for this page: given back, faulted again. Or a reader that may not evict (remove events,
-                // `remove.rs`): the evictors are kicked, and the thread
-                // faults again.
-                self.kick_evictors();
-                let _ = region.pages.unlock(page, PageState::Empty);
-                self.wake(region, addr, ps);
-                return Begun::Done(true);
-            }
-            // The page can never fit beside the pinned pages (`reserve`;
-            // `umio-watch` logs why: a signal handler may not).
-            self.fail_fill(region, page..page + 1);
-            return Begun::Done(false);
+        let write = match self.fill_as(w, region, page, write) {
+            Ok(write) => write,
+            Err(served) => return Begun::Done(served),
+        };
+        if !self.reserve(w, region.page_size as u64, true, region) {
+            return Begun::Done(self.no_space_for(region, page));
         }
         self.trace_step(Step::Reserved);
         Begun::Go(write)
+    }
+
+    /// Whether a missed page this thread holds busy is filled dirty (a
+    /// write that may dirty a page now: [`may_dirty`](Shared::may_dirty))
+    /// or clean. `Err` if the write is refused, with what the fill returns.
+    pub(crate) fn fill_as(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        page: usize,
+        write: bool,
+    ) -> Result<bool, bool> {
+        self.trace_step(Step::Filling);
+        if !(write && region.writable) {
+            return Ok(write);
+        }
+        match self.may_dirty(region) {
+            Ok(DirtyNow::Go) => Ok(true),
+            // At the dirty limit (fillers): filled as a read; the write
+            // faults again on the clean page and waits there.
+            Ok(DirtyNow::Wait) => Ok(false),
+            Err(_) if region.in_thread || w.thread != 0 => {
+                self.refuse_write(region, page, PageState::Empty, w.thread);
+                Err(false)
+            }
+            // A miss whose thread is not known here: filled as a read, its
+            // write faults again, and is refused to its thread.
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// A missed page this thread holds busy for which no cache space could
+    /// be reserved (with direct reclaim): released, or failed. Returns what
+    /// the fill returns (whether the fault was served).
+    pub(crate) fn no_space_for(&self, region: &Region, page: usize) -> bool {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        if region.is_closing()
+            || region.is_taking()
+            || self.reader_must_not_drop()
+            || self.is_shutting_down()
+        {
+            // Being unmapped: unregistering will release the thread.
+            // Or part of it being unmapped or dropped, which may wait
+            // for this page: given back, faulted again. Or a reader that may not evict (remove events,
+            // `remove.rs`): the evictors are kicked, and the thread
+            // faults again.
+            self.kick_evictors();
+            let _ = region.pages.unlock(page, PageState::Empty);
+            self.wake(region, addr, ps);
+            return true;
+        }
+        // The page can never fit beside the pinned pages (`reserve`;
+        // `umio-watch` logs why: a signal handler may not).
+        self.fail_fill(region, page..page + 1);
+        false
     }
 
     /// The last steps of a miss's fill: installs `src` (the page's bytes)

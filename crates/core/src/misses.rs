@@ -14,7 +14,8 @@
 //!   region (`store_slots.rs`); the filler in the store takes every fill
 //!   queued meanwhile as one batch when its read is done.
 //!
-//! A batch ([`Shared::fill_misses`]) goes to the store through
+//! A batch ([`Shared::fill_misses`]) reserves its cache space at once
+//! (evicting for it when the cache is full), then goes to the store through
 //! [`Store::submit_each`], which keeps up to the store's depth in flight:
 //! each page is installed and its thread woken as its read completes, in
 //! whatever order they complete. A single miss, a store of depth 1 and a
@@ -27,7 +28,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use umio_backends::{IoRequest, StoreError, StoreOp};
 
-use crate::fill::{Begun, MAX_BATCH_RUNS, PerRun};
+use crate::fill::{MAX_BATCH_RUNS, PerRun};
 use crate::prefetch::FaultKind;
 use crate::region::{EnteredRegion, Region};
 use crate::report::{self, Report};
@@ -121,17 +122,22 @@ impl Shared {
                     i += 1;
                     continue;
                 }
-                // Reclaim only with no space held: waiting for space while
-                // holding some could wait for itself.
-                match self.begin_fill(w, region, m.page, m.write, batch.is_empty()) {
-                    Begun::Go(write) => batch.push(Miss { write, ..m }),
-                    Begun::Done(_) => {}
-                    // Read what is in hand, then reclaim for this one.
-                    Begun::NoRoom => break,
+                if let Ok(write) = self.fill_as(w, region, m.page, m.write) {
+                    batch.push(Miss { write, ..m });
                 }
                 i += 1;
             }
             if batch.is_empty() {
+                continue;
+            }
+            // The batch's space at once, with direct reclaim when the
+            // cache is full (reserved page by page, a later page could
+            // wait for space the batch's earlier pages hold).
+            if !self.reserve(w, (batch.len() * ps) as u64, true, region) {
+                for m in &batch {
+                    w.thread = m.thread;
+                    self.no_space_for(region, m.page);
+                }
                 continue;
             }
             installed.clear();
