@@ -343,10 +343,10 @@ fn many_threads_read_and_write_a_file(service: FaultService) {
                         // SAFETY: inside the mapping.
                         let got = unsafe { std::ptr::read_volatile((base + at) as *const u8) };
                         let want = match mine.get(&p) {
-                            Some(&v) if at % PS == 0 => v,
+                            Some(&v) if at.is_multiple_of(PS) => v,
                             _ => data[at],
                         };
-                        if !(at % PS == 0 && p % THREADS != k) {
+                        if !(at.is_multiple_of(PS) && p % THREADS != k) {
                             assert_eq!(got, want, "thread {k}: byte {at}");
                         }
                         if i % 3 == 0 {
