@@ -22,6 +22,7 @@ mod huge;
 mod in_thread;
 mod kernel;
 mod mapping;
+mod misses;
 mod padded;
 pub mod parse;
 mod pin;

@@ -7,7 +7,9 @@ use std::ops::Range;
 use umio_backends::StoreError;
 use umio_cache::{FrameCredit, PageKey, PageState};
 
+use crate::misses::Deferred;
 use crate::prefetch::FetchList;
+use crate::store_slots::Miss;
 use crate::sys::mm::StagingBuffer;
 
 /// Per-thread scratch state of fillers, evictors, the prefetch thread
@@ -40,6 +42,14 @@ pub(crate) struct Scratch {
     /// Runs in a signal handler (the in-thread service's slots): reads
     /// only what is safe to read there.
     pub in_signal: bool,
+    /// Fills queued on a region's store slots, taken to be filled as one
+    /// batch (`store_slots.rs`).
+    pub queued: Vec<Miss>,
+    /// A filler's misses of the fault events of one read, set aside while
+    /// it resolves the others, then filled together (`misses.rs`).
+    pub deferred: Vec<Deferred>,
+    /// Whether a miss that this thread locks goes to `deferred`.
+    pub defer_misses: bool,
 }
 
 impl Scratch {
@@ -59,6 +69,9 @@ impl Scratch {
             thread: 0,
             in_store: false,
             in_signal: false,
+            queued: Vec::new(),
+            deferred: Vec::new(),
+            defer_misses: false,
         }
     }
 
