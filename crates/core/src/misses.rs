@@ -32,15 +32,9 @@ use crate::fill::{MAX_BATCH_RUNS, PerRun};
 use crate::prefetch::FaultKind;
 use crate::region::{EnteredRegion, Region};
 use crate::report::{self, Report};
-use crate::scratch::Scratch;
+use crate::scratch::{Deferred, Scratch};
 use crate::shared::Shared;
 use crate::store_slots::Miss;
-
-/// A miss set aside by a filler: its page held busy, its region entered.
-pub(crate) struct Deferred {
-    region: EnteredRegion,
-    miss: Miss,
-}
 
 impl Shared {
     /// Sets aside a miss of `region` (entered) whose page this filler

@@ -7,10 +7,17 @@ use std::ops::Range;
 use umio_backends::StoreError;
 use umio_cache::{FrameCredit, PageKey, PageState};
 
-use crate::misses::Deferred;
 use crate::prefetch::FetchList;
+use crate::region::EnteredRegion;
 use crate::store_slots::Miss;
 use crate::sys::mm::StagingBuffer;
+
+/// A miss set aside by a filler (`misses.rs`): its page held busy, its
+/// region entered.
+pub(crate) struct Deferred {
+    pub region: EnteredRegion,
+    pub miss: Miss,
+}
 
 /// Per-thread scratch state of fillers, evictors, the prefetch thread
 /// and `pin`.
