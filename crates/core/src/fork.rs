@@ -68,12 +68,14 @@ extern "C" fn child() {
         crate::rcu::WRITERS.raw(),
         crate::process::OWNER.raw(),
         crate::shared::RESIZING.raw(),
+        crate::keeper::KEEPER.raw(),
     ] {
         lock.after_fork(forker, me);
     }
     crate::rcu::after_fork();
     crate::in_thread::after_fork();
     crate::report::after_fork();
+    crate::keeper::after_fork();
 }
 
 /// The lock word of a [`ForkMutex`]: 0 when free, else the holder's
