@@ -125,10 +125,14 @@ impl Runtime {
             .filter(|_| opts.survive_death && opts.writable && !opts.copy_on_write)
         {
             let (start, len) = (region.page_addr(0), region.pages.len() * region.page_size);
-            if let Err(e) = crate::keeper::keep(start, len, opts.offset, file) {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if let Err(e) = crate::keeper::keep(start, len, opts.offset, file)
+                && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
                 log::warn!(
                     "umio: no keeper for a mapping (errno {e}): its writes not yet written \
-                     back are lost if the process is killed"
+                     back are lost if the process is killed (logged once)"
                 );
             }
         }

@@ -44,10 +44,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::fork::ForkMutex;
 
-/// Ranges the keeper can hold at once (its table lives on its stack).
-const CAPACITY: usize = 4096;
+/// Ranges the keeper can hold at once: its table is memory of its own,
+/// mapped beside its stack and touched only as far as it is used.
+const CAPACITY: usize = 1 << 16;
 /// The keeper's stack.
-const STACK_BYTES: usize = 512 << 10;
+const STACK_BYTES: usize = 256 << 10;
+/// The keeper's table.
+const TABLE_BYTES: usize = CAPACITY * size_of::<Entry>();
 const PAGE: usize = 4096;
 
 const OP_KEEP: u64 = 1;
@@ -324,6 +327,8 @@ fn send(sock: &OwnedFd, msg: &Msg, fd: Option<RawFd>) -> Result<(), i32> {
 struct Args {
     sock: i32,
     parent: i32,
+    /// `CAPACITY` entries (zeros).
+    table: *mut Entry,
 }
 
 /// Starts a keeper for process `owner` (this one).
@@ -353,7 +358,7 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // The stack: never unmapped (the keeper may outlive every
         // runtime), not inherited by fork children.
-        let stack = crate::sys::mm::map_anonymous(STACK_BYTES, PAGE, true)?;
+        let stack = crate::sys::mm::map_anonymous(STACK_BYTES + TABLE_BYTES, PAGE, true)?;
         let top = stack + STACK_BYTES - 64;
         let args = top as *mut Args;
         // SAFETY: the top of the fresh stack, ours.
@@ -361,6 +366,7 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
             args.write(Args {
                 sock: theirs.as_raw_fd(),
                 parent: owner,
+                table: (stack + STACK_BYTES) as *mut Entry,
             })
         };
         // SAFETY: the child shares the address space (CLONE_VM) and runs
@@ -378,7 +384,7 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
         };
         if pid < 0 {
             let e = crate::sys::errno();
-            let _ = crate::sys::mm::unmap(stack, STACK_BYTES);
+            let _ = crate::sys::mm::unmap(stack, STACK_BYTES + TABLE_BYTES);
             return Err(e);
         }
         drop(theirs);
@@ -488,18 +494,11 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
                 }
             }
         }
+        // No pidfd (Linux < 5.3), or the parent gone already: the socket
+        // alone tells.
         let pidfd = sc(libc::SYS_pidfd_open, [parent as usize, 0, 0, 0, 0, 0]);
-        let mut table = [Entry {
-            start: 0,
-            len: 0,
-            file_off: 0,
-            fd: -1,
-        }; CAPACITY];
+        let table = std::slice::from_raw_parts_mut(args.table, CAPACITY);
         let mut n = 0usize;
-        if pidfd < 0 {
-            // No pidfd (Linux < 5.3), or the parent is gone already: the
-            // socket alone tells.
-        }
         loop {
             let mut fds = [
                 libc::pollfd {
@@ -519,7 +518,7 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
             }
             if fds[1].revents != 0 {
                 // The program is gone; read what it sent before.
-                while let Some(go) = receive(sock, &mut table, &mut n, true) {
+                while let Some(go) = receive(sock, table, &mut n, true) {
                     if !go {
                         break;
                     }
@@ -527,7 +526,7 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
                 break;
             }
             if fds[0].revents != 0 {
-                match receive(sock, &mut table, &mut n, false) {
+                match receive(sock, table, &mut n, false) {
                     Some(true) => {}
                     Some(false) | None => break,
                 }
@@ -542,12 +541,7 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
 /// Receives one message. `Some(true)`: go on; `Some(false)`: quit (the
 /// table is emptied); `None`: the socket is at its end or empty.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-unsafe fn receive(
-    sock: i32,
-    table: &mut [Entry; CAPACITY],
-    n: &mut usize,
-    nowait: bool,
-) -> Option<bool> {
+unsafe fn receive(sock: i32, table: &mut [Entry], n: &mut usize, nowait: bool) -> Option<bool> {
     use raw::sc;
     let mut msg = Msg::default();
     let mut iov = libc::iovec {
@@ -597,7 +591,7 @@ unsafe fn receive(
     }
     match msg.op {
         OP_KEEP => {
-            if fd < 0 || *n >= CAPACITY {
+            if fd < 0 || *n >= table.len() {
                 close(fd);
             } else {
                 table[*n] = Entry {
@@ -637,7 +631,7 @@ fn close(fd: i32) {
 /// Takes `[start, end)` out of the table's ranges, splitting one that
 /// covers it (the second part gets a duplicate of the descriptor).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn forget_in(table: &mut [Entry; CAPACITY], n: &mut usize, start: usize, end: usize) {
+fn forget_in(table: &mut [Entry], n: &mut usize, start: usize, end: usize) {
     let mut i = 0;
     while i < *n {
         let e = table[i];
@@ -666,7 +660,7 @@ fn forget_in(table: &mut [Entry; CAPACITY], n: &mut usize, start: usize, end: us
                         [e.fd as usize, libc::F_DUPFD_CLOEXEC as usize, 0, 0, 0, 0],
                     )
                 };
-                if dup >= 0 && *n < CAPACITY {
+                if dup >= 0 && *n < table.len() {
                     table[*n] = Entry {
                         fd: dup as i32,
                         ..rest

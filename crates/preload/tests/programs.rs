@@ -1123,8 +1123,10 @@ fn gnu_sort_in_heap_mode_under_the_in_thread_service_sorts_as_without_the_shim()
     );
 }
 
-/// The keepers (`umio-keeper`, `umio_core::keeper`) that process `pid`
-/// started, as pidfds: found by their parent in `/proc/*/stat`.
+/// The keepers (`umio_core::keeper`) that process `pid` started, as
+/// pidfds: its child processes, found by their parent in `/proc/*/stat`
+/// (the test programs start none of their own; a keeper names itself
+/// `umio-keeper` only once it runs).
 fn keepers_of(pid: u32) -> Vec<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let mut found = Vec::new();
@@ -1135,9 +1137,8 @@ fn keepers_of(pid: u32) -> Vec<std::os::fd::OwnedFd> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        let comm = &stat[open + 1..close];
         let ppid = stat[close + 1..].split_whitespace().nth(1);
-        if comm == "umio-keeper" && ppid == Some(pid.to_string().as_str()) {
+        if ppid == Some(pid.to_string().as_str()) {
             let keeper: i32 = stat[..open].trim().parse().unwrap();
             // SAFETY: pidfd_open takes no pointer.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, keeper, 0) };
