@@ -65,10 +65,12 @@ extern "C" fn child() {
         crate::rcu::WRITERS.raw(),
         crate::process::OWNER.raw(),
         crate::shared::RESIZING.raw(),
+        crate::keeper::KEEPER.raw(),
     ] {
         lock.after_fork(forker, me);
     }
     crate::rcu::after_fork();
     crate::in_thread::after_fork();
     crate::report::after_fork();
+    crate::keeper::after_fork();
 }
