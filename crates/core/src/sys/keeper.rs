@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::fork::ForkMutex;
+use crate::fork_lock::ForkMutex;
 
 /// Ranges the keeper can hold at once: its table is memory of its own,
 /// mapped beside its stack and touched only as far as it is used.
