@@ -22,6 +22,15 @@
 //! (`UFFDIO_WRITEPROTECT` before the store reads it), so a clear uffd-wp
 //! bit on a Clean page means a write since. A page umio holds Dirty is
 //! left unprotected until written back: writes to it cost nothing more.
+//! A scan reports only pages that hold data (present or swapped): the
+//! kernel calls a page without any (never filled, dropped, moved away: a
+//! none PTE, which has no uffd-wp bit) written. Taken for a written page,
+//! such a page was kept Dirty while absent; its write-back then
+//! write-protected it (with `WP_ASYNC` the kernel turns `WP_UNPOPULATED`
+//! on: an absent page gets a uffd-wp marker) and read it from the mapping,
+//! a missing fault on a page the writing thread held busy, which never
+//! ended.
+//!
 //! The scans only read the bits (no `PM_SCAN_WP_MATCHING`): the
 //! re-protection is the write-back's `UFFDIO_WRITEPROTECT`, made by the
 //! thread holding the page busy, so no scan can take a bit another thread
@@ -243,7 +252,10 @@ impl Shared {
     /// moved with the copy: a page that differs was written between the
     /// scan and the move and is put back, dirty. The pages to keep, dirty,
     /// are marked `Empty` in `locked`; the caller unlocks them. Returns
-    /// how many. Pages the kernel refuses to move for now (`EAGAIN`,
+    /// how many. What moved is learned by looking at the scratch, not
+    /// from the count `UFFDIO_MOVE` gives back (a move the kernel retried
+    /// may have taken pages it did not count): a page found there in part
+    /// is put back and kept, dirty. Pages the kernel refuses to move for now (`EAGAIN`,
     /// `EBUSY`) are given back as they are, their entries marked
     /// `usize::MAX` (the caller forgets them); those it cannot move are
     /// scanned once more and dropped unless written. Where the
