@@ -228,3 +228,103 @@ fn a_write_before_an_update_in_place_is_kept() {
         }
     }
 }
+
+/// How long a child of [`dropped_pages_are_not_written_back`] may take
+/// before it counts as hung: minutes (a hang detector, not a speed check).
+const CHILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
+
+/// A page umio holds clean that the program dropped itself
+/// (`madvise(MADV_DONTNEED)`, remove events on) is not a written page,
+/// though the kernel's scan of written pages calls a page without data
+/// (none was filled, it was dropped, or moved away) written. Before, a
+/// flush made before umio had settled the removal took such pages for
+/// written ones and wrote them back from the mapping: the write-protection
+/// of the write-back left a marker on each, and reading it raised a
+/// missing fault on a page the flushing thread itself held busy, which
+/// hung for good. Each fault service in a child process, under a hang
+/// detector.
+#[test]
+fn dropped_pages_are_not_written_back() {
+    if !has_async() {
+        eprintln!("no asynchronous dirty tracking on this kernel: skipped");
+        return;
+    }
+    use std::process::Command;
+    let mut failures = Vec::new();
+    for svc in ["fillers", "in-thread"] {
+        let out = tempfile::tempfile().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "dropped_pages_child", "--nocapture"])
+            .env("UMIO_DIRTY_CHILD", svc)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out.try_clone().unwrap())
+            .spawn()
+            .unwrap();
+        let end = std::time::Instant::now() + CHILD_DEADLINE;
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if std::time::Instant::now() > end {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut text = String::new();
+        use std::io::{Read, Seek};
+        let mut out = out;
+        out.rewind().unwrap();
+        out.read_to_string(&mut text).unwrap();
+        eprintln!("--- {svc}:\n{text}");
+        match status {
+            None => failures.push(format!("{svc}: hung (killed after {CHILD_DEADLINE:?})")),
+            Some(st) if !st.success() => failures.push(format!("{svc}: {st:?}")),
+            Some(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// The child of [`dropped_pages_are_not_written_back`].
+#[test]
+fn dropped_pages_child() {
+    let Ok(svc) = std::env::var("UMIO_DIRTY_CHILD") else {
+        return;
+    };
+    let service = match svc.as_str() {
+        "fillers" => FaultService::Fillers,
+        _ => FaultService::InThread,
+    };
+    const PAGES: usize = 64;
+    let data = random_bytes(PAGES * PAGE, 21);
+    let (tmp, file) = rw_file_with(&data);
+    let rt = Runtime::builder()
+        .cache_bytes((4 * PAGES * PAGE) as u64)
+        .page_size(PAGE)
+        .fault_service(service)
+        .dirty_tracking(DirtyTracking::Async)
+        .remove_events(true)
+        .build()
+        .unwrap();
+    // SAFETY: only this mapping changes the file while it lives.
+    let map = unsafe { rt.map_file(&file, MapOptions::new().writable(true)) }.unwrap();
+    let base = map.as_ptr() as usize;
+    for round in 0..20 {
+        // Every page resident and clean.
+        assert_same(map.as_slice(), &data, &format!("round {round}: read"));
+        // SAFETY: the whole mapping, which this test holds; the program's
+        // own MADV_DONTNEED on umio memory is what remove events are for.
+        let rc =
+            unsafe { libc::madvise(base as *mut libc::c_void, PAGES * PAGE, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // At once, before umio settles the removal: nothing was written.
+        map.flush().unwrap();
+        assert_eq!(map.dirty_pages(), 0, "round {round}");
+    }
+    assert_same(map.as_slice(), &data, "after the rounds");
+    assert_eq!(rt.stats().bytes_written, 0, "nothing written back");
+    map.unmap().unwrap();
+    assert_same(&std::fs::read(tmp.path()).unwrap(), &data, "the file");
+}

@@ -22,6 +22,15 @@
 //! (`UFFDIO_WRITEPROTECT` before the store reads it), so a clear uffd-wp
 //! bit on a Clean page means a write since. A page umio holds Dirty is
 //! left unprotected until written back: writes to it cost nothing more.
+//! A scan reports only pages that hold data (present or swapped): the
+//! kernel calls a page without any (never filled, dropped, moved away: a
+//! none PTE, which has no uffd-wp bit) written. Taken for a written page,
+//! such a page was kept Dirty while absent; its write-back then
+//! write-protected it (with `WP_ASYNC` the kernel turns `WP_UNPOPULATED`
+//! on: an absent page gets a uffd-wp marker) and read it from the mapping,
+//! a missing fault on a page the writing thread held busy, which never
+//! ended.
+//!
 //! The scans only read the bits (no `PM_SCAN_WP_MATCHING`): the
 //! re-protection is the write-back's `UFFDIO_WRITEPROTECT`, made by the
 //! thread holding the page busy, so no scan can take a bit another thread
@@ -243,7 +252,10 @@ impl Shared {
     /// moved with the copy: a page that differs was written between the
     /// scan and the move and is put back, dirty. The pages to keep, dirty,
     /// are marked `Empty` in `locked`; the caller unlocks them. Returns
-    /// how many. Pages the kernel refuses to move for now (`EAGAIN`,
+    /// how many. What moved is learned by looking at the scratch, not
+    /// from the count `UFFDIO_MOVE` gives back (a move the kernel retried
+    /// may have taken pages it did not count): a page found there in part
+    /// is put back and kept, dirty. Pages the kernel refuses to move for now (`EAGAIN`,
     /// `EBUSY`) are given back as they are, their entries marked
     /// `usize::MAX` (the caller forgets them); those it cannot move are
     /// scanned once more and dropped unless written. Where the
@@ -386,47 +398,93 @@ impl Shared {
             }
             let (from, n) = (base + k * ps, (m - k) * ps);
             let off = k * ps;
-            let mut refused = None;
-            let moved = match self
+            let refused = self
                 .scratch_uffd()
                 .expect("the scratch is registered")
                 .move_pages(s.area + off, from, n)
-            {
-                Ok(()) => n,
-                Err((moved, e)) => {
-                    self.counters()
-                        .unmoved_victims
-                        .fetch_add(((n - moved) / ps) as u64, Relaxed);
-                    refused = Some(e);
-                    moved
+                .err();
+            // Which kernel pages are in the scratch now. After a refusal
+            // the count the kernel gives back is not trusted (a move it
+            // retried may have taken pages it did not count): the scratch
+            // is looked at; only if that fails is the count taken.
+            let mut moved = [false; SCRATCH_BYTES / crate::MIN_PAGE_SIZE];
+            let kps = crate::MIN_PAGE_SIZE;
+            let looked = match refused {
+                None => {
+                    moved[off / kps..(off + n) / kps].fill(true);
+                    Ok(0)
                 }
+                Some(_) => pm.scan_present(s.area + off, s.area + off + n, |a, e, _| {
+                    moved[(a - s.area) / kps..(e - s.area) / kps].fill(true);
+                }),
             };
-            self.counters()
-                .moved_victims
-                .fetch_add((moved / ps) as u64, Relaxed);
-            // A region page of several kernel pages may have moved in part.
-            let moved_pages = moved.div_ceil(ps);
-            for (q, entry) in run.iter_mut().enumerate().skip(k).take(moved_pages) {
-                let at = q * ps;
-                let part = ps.min(off + moved - at);
-                // SAFETY: the scratch's pages just received moved pages;
-                // nothing else touches the scratch while its lock is held.
-                let now = unsafe { std::slice::from_raw_parts((s.area + at) as *const u8, part) };
-                if now != &s.copy[at..at + part] || part < ps {
-                    // Written between the scan and the move: back, dirty.
-                    let _ = self
-                        .uffd_of(region)
-                        .copy(base + at, now, false, true)
-                        .map_err(|e| {
-                            crate::report::error(crate::report::Report::CopyFailed {
-                                region: region.id,
-                                page: (first + q) as u64,
-                                errno: e,
-                            })
-                        });
-                    entry.1 = PageState::Empty;
-                    kept += 1;
+            match looked {
+                Ok(calls) => {
+                    self.counters().dirty_scans.fetch_add(calls, Relaxed);
                 }
+                Err(_) => {
+                    let counted = refused.map_or(n, |(c, _)| c);
+                    moved[off / kps..(off + counted) / kps].fill(true);
+                }
+            }
+            let refused = refused.map(|(_, e)| e);
+            // Per page of the segment: kernel pages of it in the scratch.
+            let in_scratch = |q: usize| {
+                moved[q * ps / kps..(q + 1) * ps / kps]
+                    .iter()
+                    .filter(|&&b| b)
+                    .count()
+            };
+            let mut unmoved_any = false;
+            for (q, entry) in run.iter_mut().enumerate().take(m).skip(k) {
+                let c = in_scratch(q);
+                let at = q * ps;
+                if c == 0 {
+                    unmoved_any = true;
+                    self.counters().unmoved_victims.fetch_add(1, Relaxed);
+                    continue;
+                }
+                // What moved of the page (`len` bytes at `at` in the
+                // scratch). SAFETY: those scratch pages just received moved
+                // pages; nothing else touches the scratch while its lock is
+                // held. (An absent scratch page is never read: that would
+                // be a missing fault on the runtime's own descriptor.)
+                let moved_bytes = |at: usize, len: usize| unsafe {
+                    std::slice::from_raw_parts((s.area + at) as *const u8, len)
+                };
+                let back = if c == sub as usize {
+                    self.counters().moved_victims.fetch_add(1, Relaxed);
+                    let now = moved_bytes(at, ps);
+                    if now == &s.copy[at..at + ps] {
+                        continue;
+                    }
+                    // Written between the scan and the move: back, dirty.
+                    self.uffd_of(region).copy(base + at, now, false, true)
+                } else {
+                    // Moved in part: what moved goes back (the rest never
+                    // left), and the page stays, dirty.
+                    self.counters().unmoved_victims.fetch_add(1, Relaxed);
+                    let mut r = Ok(());
+                    for i in (0..ps / kps).filter(|i| moved[at / kps + i]) {
+                        let b = self.uffd_of(region).copy(
+                            base + at + i * kps,
+                            moved_bytes(at + i * kps, kps),
+                            false,
+                            true,
+                        );
+                        r = r.and(b);
+                    }
+                    r
+                };
+                if let Err(e) = back {
+                    crate::report::error(crate::report::Report::CopyFailed {
+                        region: region.id,
+                        page: (first + q) as u64,
+                        errno: e,
+                    });
+                }
+                entry.1 = PageState::Empty;
+                kept += 1;
             }
             // What did not move: for a passing refusal (a page the kernel
             // is busy with), given back as it is (not evicted now, nothing
@@ -434,36 +492,26 @@ impl Shared {
             // `usize::MAX` for the caller to forget. For another (the
             // kernel cannot move such memory), looked at once more and
             // left to the caller's drop unless written.
-            let unmoved = k + moved_pages..m;
-            if matches!(refused, Some(libc::EAGAIN | libc::EBUSY)) {
-                for entry in run.iter_mut().take(unmoved.end).skip(unmoved.start) {
+            if unmoved_any && matches!(refused, Some(libc::EAGAIN | libc::EBUSY)) {
+                for q in (k..m).filter(|&q| in_scratch(q) == 0) {
+                    let entry = &mut run[q];
                     if region.pages.unlock(entry.0, PageState::Clean) {
                         self.wake(region, region.page_addr(entry.0), ps);
                     }
                     self.policy_of(region).restore(region.key(entry.0));
                     entry.0 = usize::MAX;
                 }
-            } else if !unmoved.is_empty() {
-                let r = pm.scan(
-                    base + unmoved.start * ps,
-                    base + unmoved.end * ps,
-                    false,
-                    |a, e| {
-                        for p in region.page_of(a)..=region.page_of(e - 1) {
-                            if let Some(k) = p.checked_sub(first).filter(|&k| k < what.len()) {
-                                what[k] = 2;
-                            }
+            } else if unmoved_any {
+                let r = pm.scan(base + k * ps, base + m * ps, false, |a, e| {
+                    for p in region.page_of(a)..=region.page_of(e - 1) {
+                        if let Some(q) = p.checked_sub(first).filter(|&q| q < what.len()) {
+                            what[q] = 2;
                         }
-                    },
-                );
-                for (q, entry) in run
-                    .iter_mut()
-                    .enumerate()
-                    .take(unmoved.end)
-                    .skip(unmoved.start)
-                {
+                    }
+                });
+                for q in (k..m).filter(|&q| in_scratch(q) == 0) {
                     if r.is_err() || what[q] == 2 {
-                        entry.1 = PageState::Empty;
+                        run[q].1 = PageState::Empty;
                         kept += 1;
                     }
                 }

@@ -28,7 +28,7 @@ pub(crate) const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
 /// Writers a pool keeps asleep at the dirty limit, at most ([`Pool::parked`]).
 ///
 /// [`Pool::parked`]: crate::shared::Pool
-const MAX_PARKED: usize = 4096;
+pub(crate) const MAX_PARKED: usize = 4096;
 
 impl Shared {
     /// Resolves one fault event.

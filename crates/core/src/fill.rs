@@ -167,14 +167,31 @@ impl Shared {
         if !(write && region.writable) {
             return Ok(write);
         }
+        // Asynchronous dirty tracking: a page filled clean takes a write
+        // without a fault (the kernel resolves it), so a write miss that
+        // may not dirty a page now is never filled as a read.
+        let tracked_async = self.pagemap().is_some();
         match self.may_dirty(region) {
             Ok(DirtyNow::Go) => Ok(true),
+            // At the dirty limit (fillers), asynchronous tracking: the miss
+            // itself waits, parked (the page left empty), until an evictor
+            // wakes its thread to try again. Parking full: let by.
+            Ok(DirtyNow::Wait) if tracked_async && self.park_miss(region, page) => Err(true),
+            Ok(DirtyNow::Wait) if tracked_async => Ok(true),
             // At the dirty limit (fillers): filled as a read; the write
             // faults again on the clean page and waits there.
             Ok(DirtyNow::Wait) => Ok(false),
             Err(_) if region.in_thread || w.thread != 0 => {
                 self.refuse_write(region, page, PageState::Empty, w.thread);
                 Err(false)
+            }
+            // A miss whose thread is not known here, under asynchronous
+            // tracking: left empty; its thread faults again, and that fault
+            // is refused to it.
+            Err(_) if tracked_async => {
+                let _ = region.pages.unlock(page, PageState::Empty);
+                self.wake(region, region.page_addr(page), region.page_size);
+                Err(true)
             }
             // A miss whose thread is not known here: filled as a read, its
             // write faults again, and is refused to its thread.
@@ -284,6 +301,29 @@ impl Shared {
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));
         Ok(())
+    }
+
+    /// Parks a write miss at the dirty limit (asynchronous tracking): its
+    /// page (held busy) is left empty and its thread asleep on its fault
+    /// until an evictor wakes it ([`wake_parked_writers`]). False if the
+    /// pool keeps as many parked writers as it may (the caller fills).
+    ///
+    /// [`wake_parked_writers`]: Shared::wake_parked_writers
+    fn park_miss(&self, region: &Region, page: usize) -> bool {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        let pool = self.pool_of(region);
+        let mut parked = pool.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if parked.len() >= crate::fault::MAX_PARKED {
+            return false;
+        }
+        parked.push((addr, ps));
+        drop(parked);
+        if region.pages.unlock(page, PageState::Empty) {
+            // Others waited on the busy page: woken, the writer with
+            // them, which comes back.
+            self.wake(region, addr, ps);
+        }
+        true
     }
 
     /// Whether a page of `region` may become dirty now: not while the

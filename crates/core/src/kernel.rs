@@ -147,11 +147,7 @@ pub enum DirtyTracking {
     /// promoted 2 MiB ranges, runtimes with remove events, kernels before
     /// 6.8) a write landing between the last scan and the drop is lost, as
     /// is one landing while the preload shim hands a file mapped twice to
-    /// the kernel. And a known hang: the torture suite under `Async` with
-    /// the fillers stops with a filler blocked in a userfault of its own
-    /// (`handle_userfault` from `do_swap_page` under `get_user_pages`: a
-    /// write-protect marker of an unpopulated page met by a kernel access),
-    /// while an application thread waits for the page it holds.
+    /// the kernel.
     Async,
 }
 

@@ -54,6 +54,7 @@ const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
 const PAGE_IS_WRITTEN: u64 = 1 << 1;
 /// The page is present (mapped to memory).
 const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_SWAPPED: u64 = 1 << 4;
 
 /// Reports per call, at most (on the stack).
 const BATCH: usize = 256;
@@ -131,6 +132,10 @@ impl Pagemap {
                 vec: out.as_mut_ptr() as u64,
                 vec_len: BATCH as u64,
                 category_mask: must,
+                // Pages that hold data only: the kernel reports a page
+                // never filled, dropped or moved away (a none PTE, which
+                // carries no uffd-wp bit) as written.
+                category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
                 return_mask: PAGE_IS_WRITTEN | PAGE_IS_PRESENT,
                 ..PmScanArg::default()
             };
@@ -201,5 +206,63 @@ mod tests {
         uffd.writeprotect(base, PAGES * PAGE, true, false).unwrap();
         assert_eq!(count(&pm), 0, "protected again");
         crate::sys::mm::unmap(base, PAGES * PAGE).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod absent_tests {
+    use super::*;
+    use crate::sys::uffd::{Uffd, feature};
+
+    /// A page that holds no data (never filled, dropped, moved away) is
+    /// never reported written: the kernel's own answer for such a page
+    /// (a none PTE has no uffd-wp bit) is "written", and an eviction
+    /// that took it for a written page kept it "dirty" while it was gone,
+    /// then write-protected it (a marker) and wrote it back from the
+    /// mapping: a userfault of the writing filler's own.
+    #[test]
+    fn absent_pages_are_not_written() {
+        const PAGE: usize = 4096;
+        let Ok(pm) = Pagemap::open() else {
+            eprintln!("no PAGEMAP_SCAN on this kernel: skipped");
+            return;
+        };
+        let uffd = Uffd::open(false).or_else(|_| Uffd::open(true)).unwrap();
+        let bits = uffd
+            .api(
+                feature::PAGEFAULT_FLAG_WP
+                    | feature::WP_ASYNC
+                    | feature::WP_UNPOPULATED
+                    | feature::MOVE,
+            )
+            .unwrap();
+        let base = crate::sys::mm::map_anonymous(8 * PAGE, PAGE, true).unwrap();
+        uffd.register(base, 8 * PAGE, true).unwrap();
+        let scratch = crate::sys::mm::map_anonymous(8 * PAGE, PAGE, true).unwrap();
+        uffd.register(scratch, 8 * PAGE, false).unwrap();
+        uffd.copy(base, &[1u8; 4 * PAGE], true, false).unwrap();
+        // Page 0: present, protected; 1: dropped; 2: moved out (where the
+        // kernel can); 3: present, written; 4 to 7: never filled.
+        crate::sys::mm::advise(base + PAGE, PAGE, libc::MADV_DONTNEED).unwrap();
+        if bits & feature::MOVE != 0 {
+            uffd.move_pages(scratch + 2 * PAGE, base + 2 * PAGE, PAGE)
+                .unwrap();
+        }
+        // SAFETY: a page of the mapping made above.
+        unsafe { ((base + 3 * PAGE) as *mut u8).write_volatile(2) };
+        let written = |pm: &Pagemap| {
+            let mut w = Vec::new();
+            pm.scan(base, base + 8 * PAGE, false, |s, e| {
+                w.push(((s - base) / PAGE, (e - base) / PAGE))
+            })
+            .unwrap();
+            w
+        };
+        assert_eq!(written(&pm), [(3, 4)]);
+        // Protected whole (markers on the absent pages): none written.
+        uffd.writeprotect(base, 8 * PAGE, true, false).unwrap();
+        assert_eq!(written(&pm), []);
+        crate::sys::mm::unmap(base, 8 * PAGE).unwrap();
+        crate::sys::mm::unmap(scratch, 8 * PAGE).unwrap();
     }
 }
