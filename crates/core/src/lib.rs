@@ -16,6 +16,7 @@ mod fault;
 mod fill;
 mod fork;
 mod fork_lock;
+mod handler_stacks;
 mod handover;
 pub mod histogram;
 mod huge;
@@ -55,9 +56,9 @@ pub use config::{
 };
 pub use env::{EnvCache, EnvConfig, EnvPrefetch};
 pub use error::{Errno, Error, Result};
+pub use handler_stacks::in_fault_handler;
 pub use histogram::{FaultLatency, LATENCY_BUCKETS};
 pub use huge::{HUGE_PAGE_SIZE, PromoteAlways, PromoteKind, PromoteSequential, Promoter};
-pub use in_thread::in_fault_handler;
 pub use kernel::{DirtyTracking, FaultService, KernelFeatures, UffdMode, kernel_features};
 pub use mapping::{IntoMutError, MapOptions, Mapping, MappingMut};
 pub use parse::parse_size;

@@ -447,7 +447,7 @@ impl Shared {
             // table by id: a handler's eviction may pick their pages.
             let w = self.lock_regions();
             for r in self.regions.load().all() {
-                in_thread::set_ranges(self, r, true);
+                in_thread::set_ranges(&**self, r, true);
             }
             drop(w);
         }
