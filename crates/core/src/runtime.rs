@@ -26,6 +26,7 @@ impl Builder {
             crate::shared::RESIZING.raw().after_fork(forker, me)
         });
         crate::fork::install();
+        let _ = crate::shared::SPAWN_SERVICE.set(threads::spawn_service);
         let mode = settings.uffd_mode;
         let (uffd, user_mode_only) = open_uffd(mode)?;
         if user_mode_only && mode == UffdMode::Auto {
