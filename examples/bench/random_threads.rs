@@ -13,6 +13,9 @@
 //! echo $$ > /sys/fs/cgroup/memory/umio-bench/tasks
 //! cargo run --release --example bench -- random-threads --file /mnt/fast/data --threads 2 --cache 192
 //! ```
+//!
+//! umio's side takes `UMIO_*` settings from the environment
+//! (`Builder::from_env`: `UMIO_FILLERS=3`, say) over the bench's own.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,7 @@ pub fn command() -> Command {
         "random-threads",
         "Random 4 KiB reads by N threads over a file: umio with filler threads, umio in-thread, \
          and Linux mmap with MADV_RANDOM, alternating; reads per second. Run it in a memory \
-         cgroup to compare at one budget.",
+         cgroup to compare at one budget. UMIO_* variables apply to umio's side.",
     )
     .arg(
         cli::opt_none("file", "PATH", "the data file (read only; required)")
@@ -99,6 +102,8 @@ pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
             .page_size(PAGE)
             .fault_service(service)
             .remove_events(remove_events)
+            // `UMIO_FILLERS` and the like, to compare settings.
+            .from_env()?
             .build()?;
         let f = File::open(&file)?;
         drop_cache(&f);
@@ -107,12 +112,15 @@ pub fn run(m: &ArgMatches, out: &Path) -> Result<()> {
         let rate = read_random(map.as_ptr(), map.len(), threads, reads, seed);
         let s = rt.stats();
         eprintln!(
-            "  {}: {} faults ({} in-thread), {} evicted, {} remove events",
+            "  {}: {} faults ({} in-thread), {} evicted, {} remove events, {} fills queued, \
+             {:.2} reads per batch",
             service.name(),
             s.faults,
             s.in_thread_faults,
             s.evicted_pages,
-            s.remove_events
+            s.remove_events,
+            s.queued_fills,
+            s.mean_reads_in_flight()
         );
         Ok(rate)
     };

@@ -149,8 +149,11 @@ impl Builder {
         self
     }
 
-    /// Threads that read fault events and fill pages. Default: the number
-    /// of CPUs, 1 to 4.
+    /// Threads that read fault events and fill pages. Default: one more
+    /// than the number of CPUs (1 to 4): at most `fillers - 1` read one
+    /// region's store at once, one being kept for the others' faults
+    /// (`docs/ARCHITECTURE.md`, store slots), so that as many misses as
+    /// there are CPUs are read side by side.
     pub fn fillers(mut self, n: usize) -> Self {
         self.fillers = n;
         self
@@ -612,9 +615,10 @@ impl Builder {
     }
 }
 
-/// The default number of fillers: the number of CPUs, 1 to 4.
+/// The default number of fillers: one more than the number of CPUs (1 to
+/// 4), so that a region's store slots (`fillers - 1`) are one per CPU.
 pub fn default_fillers() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4))
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)) + 1
 }
 
 /// The default cache bound: a quarter of physical memory, 64 MiB to 4 GiB.

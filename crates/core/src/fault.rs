@@ -96,6 +96,14 @@ impl Shared {
                     }
                     if region.pages.try_lock(page, PageState::Empty) {
                         self.progress().made(w.thread);
+                        if w.defer_misses
+                            && let Some(entered) = region.enter_owned()
+                        {
+                            // Filled with the other misses of this read
+                            // of events, as one batch (`misses.rs`).
+                            self.defer_miss(w, entered, page, write);
+                            return;
+                        }
                         self.fill_fault_in_slot(w, region, page, write);
                         return;
                     }

@@ -23,6 +23,7 @@ use crate::report::{self, Report};
 use crate::runs::per_vma;
 use crate::scratch::Scratch;
 use crate::shared::{PrefetchJob, Shared, Waiting};
+use crate::store_slots::Miss;
 use crate::sys::mm;
 use crate::trace::Step;
 
@@ -82,6 +83,14 @@ pub(crate) enum DirtyNow {
     Wait,
 }
 
+/// What [`Shared::begin_fill`] made of a miss.
+pub(crate) enum Begun {
+    /// Read the page and install it, dirty if true.
+    Go(bool),
+    /// Nothing more to do (the fault was served if true).
+    Done(bool),
+}
+
 impl Shared {
     /// Fills a missed page this thread holds busy, then reads ahead.
     /// Returns false if the fill failed: the page is poisoned (fillers), or
@@ -93,48 +102,11 @@ impl Shared {
         page: usize,
         write: bool,
     ) -> bool {
-        self.trace_step(Step::Filling);
+        let write = match self.begin_fill(w, region, page, write) {
+            Begun::Go(write) => write,
+            Begun::Done(served) => return served,
+        };
         let ps = region.page_size;
-        let addr = region.page_addr(page);
-        let mut write = write;
-        if write && region.writable {
-            match self.may_dirty(region) {
-                Ok(DirtyNow::Go) => {}
-                // At the dirty limit (fillers): filled as a read; the
-                // write faults again on the clean page and waits there.
-                Ok(DirtyNow::Wait) => write = false,
-                Err(_) if region.in_thread || w.thread != 0 => {
-                    self.refuse_write(region, page, PageState::Empty, w.thread);
-                    return false;
-                }
-                // A queued miss, whose thread is not known here: filled as
-                // a read, its write faults again, and is refused to its
-                // thread.
-                Err(_) => write = false,
-            }
-        }
-        if !self.reserve(w, ps as u64, true, region) {
-            if region.is_closing()
-                || region.is_taking()
-                || self.reader_must_not_drop()
-                || self.is_shutting_down()
-            {
-                // Being unmapped: unregistering will release the thread.
-                // Or part of it being unmapped or dropped, which may wait
-                // for this page: given back, faulted again. Or a reader that may not evict (remove events,
-                // `remove.rs`): the evictors are kicked, and the thread
-                // faults again.
-                self.kick_evictors();
-                let _ = region.pages.unlock(page, PageState::Empty);
-                self.wake(region, addr, ps);
-                return true;
-            }
-            // The page can never fit beside the pinned pages (`reserve`;
-            // `umio-watch` logs why: a signal handler may not).
-            self.fail_fill(region, page..page + 1);
-            return false;
-        }
-        self.trace_step(Step::Reserved);
         let src = match self.direct_source(region, page, 1) {
             // The store is memory we can read: copy straight from it.
             Some(src) => {
@@ -153,6 +125,103 @@ impl Shared {
             },
         };
         self.trace_step(Step::StoreRead);
+        if let Err(served) = self.end_fill(region, page, write, src) {
+            return served;
+        }
+        self.prefetch_after(w, region, page, write, FaultKind::Miss);
+        true
+    }
+
+    /// The first steps of a miss's fill (the page held busy by this
+    /// thread): whether it may be filled dirty ([`fill_as`](Shared::fill_as)),
+    /// and its cache space, reserved with direct reclaim.
+    pub(crate) fn begin_fill(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        page: usize,
+        write: bool,
+    ) -> Begun {
+        let write = match self.fill_as(w, region, page, write) {
+            Ok(write) => write,
+            Err(served) => return Begun::Done(served),
+        };
+        if !self.reserve(w, region.page_size as u64, true, region) {
+            return Begun::Done(self.no_space_for(region, page));
+        }
+        self.trace_step(Step::Reserved);
+        Begun::Go(write)
+    }
+
+    /// Whether a missed page this thread holds busy is filled dirty (a
+    /// write that may dirty a page now: [`may_dirty`](Shared::may_dirty))
+    /// or clean. `Err` if the write is refused, with what the fill returns.
+    pub(crate) fn fill_as(
+        &self,
+        w: &mut Scratch,
+        region: &Region,
+        page: usize,
+        write: bool,
+    ) -> Result<bool, bool> {
+        self.trace_step(Step::Filling);
+        if !(write && region.writable) {
+            return Ok(write);
+        }
+        match self.may_dirty(region) {
+            Ok(DirtyNow::Go) => Ok(true),
+            // At the dirty limit (fillers): filled as a read; the write
+            // faults again on the clean page and waits there.
+            Ok(DirtyNow::Wait) => Ok(false),
+            Err(_) if region.in_thread || w.thread != 0 => {
+                self.refuse_write(region, page, PageState::Empty, w.thread);
+                Err(false)
+            }
+            // A miss whose thread is not known here: filled as a read, its
+            // write faults again, and is refused to its thread.
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// A missed page this thread holds busy for which no cache space could
+    /// be reserved (with direct reclaim): released, or failed. Returns what
+    /// the fill returns (whether the fault was served).
+    pub(crate) fn no_space_for(&self, region: &Region, page: usize) -> bool {
+        let (addr, ps) = (region.page_addr(page), region.page_size);
+        if region.is_closing()
+            || region.is_taking()
+            || self.reader_must_not_drop()
+            || self.is_shutting_down()
+        {
+            // Being unmapped: unregistering will release the thread.
+            // Or part of it being unmapped or dropped, which may wait
+            // for this page: given back, faulted again. Or a reader that may not evict (remove events,
+            // `remove.rs`): the evictors are kicked, and the thread
+            // faults again.
+            self.kick_evictors();
+            let _ = region.pages.unlock(page, PageState::Empty);
+            self.wake(region, addr, ps);
+            return true;
+        }
+        // The page can never fit beside the pinned pages (`reserve`;
+        // `umio-watch` logs why: a signal handler may not).
+        self.fail_fill(region, page..page + 1);
+        false
+    }
+
+    /// The last steps of a miss's fill: installs `src` (the page's bytes)
+    /// at the page this thread holds busy, its space reserved, dirty if
+    /// `write` ([`begin_fill`](Shared::begin_fill)'s answer), unlocks it
+    /// and wakes the faulting thread. `Err` with what the fill returns
+    /// (whether the fault was served) if nothing was installed.
+    pub(crate) fn end_fill(
+        &self,
+        region: &Region,
+        page: usize,
+        write: bool,
+        src: &[u8],
+    ) -> Result<(), bool> {
+        let ps = region.page_size;
+        let addr = region.page_addr(page);
         let dirty = write && region.writable;
         let wp = region.writable && !dirty;
         // DONTWAKE: the faulting thread must not run (and, say, call
@@ -168,13 +237,13 @@ impl Shared {
                 // evictors wake it once the page is dropped (`settle`),
                 // and its faults meanwhile wait for that (`handle_fault`).
                 let _ = region.pages.unlock(page, PageState::Empty);
-                return true;
+                return Err(true);
             }
             if region.is_closing() {
                 // Being unmapped: unregistering will release the thread.
                 let _ = region.pages.unlock(page, PageState::Empty);
                 self.wake(region, addr, ps);
-                return true;
+                return Err(true);
             }
             // Woken with the page still missing, the thread would fault
             // again, and again: fail it loudly instead.
@@ -186,7 +255,7 @@ impl Shared {
             self.counters().no_progress_faults.fetch_add(1, Relaxed);
             region.stats.no_progress_faults.fetch_add(1, Relaxed);
             self.fail_fill(region, page..page + 1);
-            return false;
+            return Err(false);
         }
         self.trace_step(Step::Installed);
         if dirty {
@@ -214,8 +283,7 @@ impl Shared {
         self.wake(region, addr, ps);
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));
-        self.prefetch_after(w, region, page, write, FaultKind::Miss);
-        true
+        Ok(())
     }
 
     /// Whether a page of `region` may become dirty now: not while the
@@ -514,7 +582,7 @@ impl Shared {
     /// SIGBUS, as a failed read of a kernel file mapping does, and release
     /// them. The poison stays until the pages are dropped
     /// (`Advice::DontNeed`) or the region is unmapped.
-    fn fail_fill(&self, region: &Region, pages: Range<usize>) {
+    pub(crate) fn fail_fill(&self, region: &Region, pages: Range<usize>) {
         self.counters().read_errors.fetch_add(1, Relaxed);
         if region.in_thread {
             // The faulting thread raises SIGBUS itself, now (a poisoned
@@ -1106,19 +1174,39 @@ impl Shared {
         page: usize,
         write: bool,
     ) {
+        let miss = Miss {
+            page,
+            write,
+            thread: w.thread,
+        };
+        self.fill_misses_in_slot(w, region, &[miss]);
+    }
+
+    /// Fills missed pages of `region` this thread holds busy, as one batch
+    /// (`misses.rs`), in one of the region's store slots; if none is free,
+    /// queues them for a filler already in the region's store and returns
+    /// at once.
+    pub(crate) fn fill_misses_in_slot(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        misses: &[Miss],
+    ) {
         if w.in_store {
-            let _ = self.fill_fault(w, region, page, write);
+            self.fill_misses(w, region, misses);
             return;
         }
         if !region
             .store_slots
-            .enter_or_queue(self.store_slot_limit(), page, write)
+            .enter_or_queue(self.store_slot_limit(), misses)
         {
-            self.counters().queued_fills.fetch_add(1, Relaxed);
+            self.counters()
+                .queued_fills
+                .fetch_add(misses.len() as u64, Relaxed);
             return;
         }
         w.in_store = true;
-        let _ = self.fill_fault(w, region, page, write);
+        self.fill_misses(w, region, misses);
         self.leave_store(w, region);
     }
 
@@ -1144,13 +1232,20 @@ impl Shared {
         true
     }
 
-    /// Serves the fills queued on the region, then gives the slot back.
+    /// Serves the fills queued on the region, then gives the slot back:
+    /// the fills queued while this thread read go to the store together,
+    /// as one batch.
     fn leave_store(&self, w: &mut Scratch, region: &Arc<Region>) {
-        // The queued misses are other threads' than the event's.
-        let thread = std::mem::replace(&mut w.thread, 0);
-        while let Some((page, write)) = region.store_slots.leave_or_next() {
-            let _ = self.fill_fault(w, region, page, write);
+        let thread = w.thread;
+        let mut queued = std::mem::take(&mut w.queued);
+        while region
+            .store_slots
+            .leave_or_take(&mut queued, MAX_BATCH_RUNS)
+        {
+            self.fill_misses(w, region, &queued);
         }
+        queued.clear();
+        w.queued = queued;
         w.thread = thread;
         w.in_store = false;
     }

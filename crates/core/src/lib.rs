@@ -23,6 +23,7 @@ mod huge;
 mod in_thread;
 mod kernel;
 mod mapping;
+mod misses;
 mod move_scratch;
 mod padded;
 pub mod parse;

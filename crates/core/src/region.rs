@@ -97,6 +97,24 @@ impl Drop for RegionGuard<'_> {
     }
 }
 
+/// A region entered, held by a caller that keeps the entry beyond a
+/// borrow ([`Region::enter_owned`]): a filler's misses set aside to be
+/// filled with the others read at once (`misses.rs`).
+pub(crate) struct EnteredRegion(Arc<Region>);
+
+impl std::ops::Deref for EnteredRegion {
+    type Target = Arc<Region>;
+    fn deref(&self) -> &Arc<Region> {
+        &self.0
+    }
+}
+
+impl Drop for EnteredRegion {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::Release);
+    }
+}
+
 impl Region {
     /// The region, with no page resident, in the regular pool and without
     /// huge pages (see [`with_huge`](Region::with_huge)); `None` if its page
@@ -256,6 +274,13 @@ impl Region {
             return None;
         }
         Some(RegionGuard { region: self })
+    }
+
+    /// [`enter`](Region::enter), the entry owned.
+    pub(crate) fn enter_owned(self: &Arc<Region>) -> Option<EnteredRegion> {
+        let guard = self.enter()?;
+        std::mem::forget(guard);
+        Some(EnteredRegion(self.clone()))
     }
 
     /// Whether any page of `pages` was unmapped by `unmap_range`.

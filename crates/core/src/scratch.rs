@@ -8,7 +8,16 @@ use umio_backends::StoreError;
 use umio_cache::{FrameCredit, PageKey, PageState};
 
 use crate::prefetch::FetchList;
+use crate::region::EnteredRegion;
+use crate::store_slots::Miss;
 use crate::sys::mm::StagingBuffer;
+
+/// A miss set aside by a filler: its page held busy, its region entered
+/// (`misses.rs`).
+pub(crate) struct Deferred {
+    pub(crate) region: EnteredRegion,
+    pub(crate) miss: Miss,
+}
 
 /// Per-thread scratch state of fillers, evictors, the prefetch thread
 /// and `pin`.
@@ -40,6 +49,14 @@ pub(crate) struct Scratch {
     /// Runs in a signal handler (the in-thread service's slots): reads
     /// only what is safe to read there.
     pub in_signal: bool,
+    /// Fills queued on a region's store slots, taken to be filled as one
+    /// batch (`store_slots.rs`).
+    pub queued: Vec<Miss>,
+    /// A filler's misses of the fault events of one read, set aside while
+    /// it resolves the others, then filled together (`misses.rs`).
+    pub deferred: Vec<Deferred>,
+    /// Whether a miss that this thread locks goes to `deferred`.
+    pub defer_misses: bool,
 }
 
 impl Scratch {
@@ -59,6 +76,9 @@ impl Scratch {
             thread: 0,
             in_store: false,
             in_signal: false,
+            queued: Vec::new(),
+            deferred: Vec::new(),
+            defer_misses: false,
         }
     }
 

@@ -12,7 +12,7 @@
 //! the filler goes back to the other regions' events. A filler leaving a
 //! region's store takes the region's queued fills before it gives its slot
 //! back, so a queued fill is served as soon as one of the region's reads
-//! returns, in the order they came. Read-ahead after a fault takes a slot
+//! returns: all of them at once, as one batch of reads (`misses.rs`). Read-ahead after a fault takes a slot
 //! too, or goes to the `umio-prefetch` threads when none is free.
 //!
 //! With one filler nothing can be kept free: that runtime trades isolation
@@ -32,9 +32,17 @@ pub(crate) struct StoreSlots {
 struct SlotState {
     /// Fillers in the region's store now.
     busy: usize,
-    /// Missed pages held busy, with whether the fault was a write, waiting
-    /// for a filler that is in the store.
-    queued: VecDeque<(usize, bool)>,
+    /// Missed pages held busy, waiting for a filler that is in the store.
+    queued: VecDeque<Miss>,
+}
+
+/// A missed page held busy by the thread that will fill it: the page,
+/// whether the fault was a write, and the faulting thread (0: unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Miss {
+    pub page: usize,
+    pub write: bool,
+    pub thread: u32,
 }
 
 impl StoreSlots {
@@ -42,16 +50,16 @@ impl StoreSlots {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a slot for the fill of `page` (held busy), or, if all `limit`
-    /// are taken, queues the fill for a filler in the store. Returns whether
-    /// the caller has the slot (and must fill the page).
-    pub(crate) fn enter_or_queue(&self, limit: usize, page: usize, write: bool) -> bool {
+    /// Takes a slot for the fills of `misses` (their pages held busy), or,
+    /// if all `limit` are taken, queues them for a filler in the store.
+    /// Returns whether the caller has the slot (and must fill the pages).
+    pub(crate) fn enter_or_queue(&self, limit: usize, misses: &[Miss]) -> bool {
         let mut s = self.lock();
         if s.busy < limit {
             s.busy += 1;
             true
         } else {
-            s.queued.push_back((page, write));
+            s.queued.extend(misses.iter().copied());
             false
         }
     }
@@ -67,15 +75,20 @@ impl StoreSlots {
         }
     }
 
-    /// Gives the caller's slot back, unless a fill is queued: then the
-    /// caller keeps its slot and must do that fill.
-    pub(crate) fn leave_or_next(&self) -> Option<(usize, bool)> {
+    /// Gives the caller's slot back, unless fills are queued: then the
+    /// caller keeps its slot, and up to `most` of them, oldest first, are
+    /// moved into `into` (cleared first) for it to fill. Returns whether it
+    /// kept the slot.
+    pub(crate) fn leave_or_take(&self, into: &mut Vec<Miss>, most: usize) -> bool {
+        into.clear();
         let mut s = self.lock();
-        let next = s.queued.pop_front();
-        if next.is_none() {
+        if s.queued.is_empty() {
             s.busy -= 1;
+            return false;
         }
-        next
+        let n = s.queued.len().min(most.max(1));
+        into.extend(s.queued.drain(..n));
+        true
     }
 
     /// Fillers in the store and fills queued, now.
@@ -90,22 +103,34 @@ impl StoreSlots {
 mod tests {
     use super::*;
 
+    fn miss(page: usize, write: bool) -> Miss {
+        Miss {
+            page,
+            write,
+            thread: 0,
+        }
+    }
+
     #[test]
     fn full_slots_queue_fills_for_the_holders() {
         let s = StoreSlots::default();
-        assert!(s.enter_or_queue(2, 10, false));
+        assert!(s.enter_or_queue(2, &[miss(10, false)]));
         assert!(s.try_enter(2));
         assert!(!s.try_enter(2), "both slots taken");
-        assert!(!s.enter_or_queue(2, 11, true));
-        assert!(!s.enter_or_queue(2, 12, false));
-        assert_eq!(s.load(), (2, 2));
-        // The first holder to leave serves the queue, in order, keeping
-        // its slot meanwhile.
-        assert_eq!(s.leave_or_next(), Some((11, true)));
-        assert_eq!(s.leave_or_next(), Some((12, false)));
+        assert!(!s.enter_or_queue(2, &[miss(11, true)]));
+        assert!(!s.enter_or_queue(2, &[miss(12, false), miss(13, false)]));
+        assert_eq!(s.load(), (2, 3));
+        // The first holder to leave takes the queue, in order, as one
+        // batch (up to the most it asks for), keeping its slot meanwhile.
+        let mut got = Vec::new();
+        assert!(s.leave_or_take(&mut got, 2));
+        assert_eq!(got, [miss(11, true), miss(12, false)]);
+        assert!(s.leave_or_take(&mut got, 64));
+        assert_eq!(got, [miss(13, false)]);
         assert_eq!(s.load(), (2, 0));
-        assert_eq!(s.leave_or_next(), None);
-        assert_eq!(s.leave_or_next(), None);
+        assert!(!s.leave_or_take(&mut got, 64));
+        assert!(got.is_empty());
+        assert!(!s.leave_or_take(&mut got, 64));
         assert_eq!(s.load(), (0, 0));
         assert!(s.try_enter(2));
     }

@@ -188,14 +188,32 @@ fn filler_main(shared: Arc<Shared>) {
             idle_since = None;
             shared.trace_read(read_begin);
             let read_done = Instant::now();
+            // Several events: their misses are set aside while the rest
+            // are resolved, then read from the store together
+            // (`misses.rs`). One: filled at once, as always.
+            w.defer_misses = n > 1;
+            let mut deferred_faults = 0;
             for m in &msgs[..n] {
                 if let Some((addr, flags)) = m.pagefault() {
                     w.thread = m.thread_id();
+                    let before = w.deferred.len();
                     shared.handle_fault(&mut w, addr, flags);
-                    shared.counters().fault_latency.record(read_done.elapsed());
+                    if w.deferred.len() > before {
+                        deferred_faults += 1;
+                    } else {
+                        shared.counters().fault_latency.record(read_done.elapsed());
+                    }
                 } else if let Some((start, end)) = m.remove() {
+                    // The misses before it first: the range removed may
+                    // hold their pages.
+                    shared.fill_deferred(&mut w);
                     shared.handle_remove(start, end);
                 }
+            }
+            w.defer_misses = false;
+            shared.fill_deferred(&mut w);
+            for _ in 0..deferred_faults {
+                shared.counters().fault_latency.record(read_done.elapsed());
             }
             let poll_next = match shared.cfg().filler_wait {
                 FillerWait::Fixed(d) => !d.is_zero(),

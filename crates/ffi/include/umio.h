@@ -919,7 +919,7 @@ int umio_config_set_cache_auto(double share);
 // None.
 int umio_config_set_huge_cache_bytes(uint64_t bytes);
 
-// Threads serving page faults: 1 to 256 (default: CPUs, 1 to 4;
+// Threads serving page faults: 1 to 256 (default: CPUs (1 to 4) + 1;
 // UMAP_PAGE_FILLERS).
 //
 // Requirements:

@@ -47,7 +47,7 @@
  *   UMAP_BUFSIZE                    cache size in pages of UMAP_PAGESIZE,
  *                                   at least 4 (default: a quarter of
  *                                   physical memory, 64 MiB to 4 GiB)
- *   UMAP_PAGE_FILLERS               fault-serving threads (default: CPUs, 1-4)
+ *   UMAP_PAGE_FILLERS               fault-serving threads (default: CPUs (1-4) + 1)
  *   UMAP_PAGE_EVICTORS              eviction threads (default 1)
  *   UMAP_EVICT_HIGH_WATER_THRESHOLD percent full to start evicting (90)
  *   UMAP_EVICT_LOW_WATER_THRESHOLD  percent full to stop evicting (70)

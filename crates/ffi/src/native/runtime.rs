@@ -181,7 +181,7 @@ pub unsafe extern "C" fn umio_config_set_huge_cache_bytes(bytes: u64) -> c_int {
     })
 }
 
-/// Threads serving page faults: 1 to 256 (default: CPUs, 1 to 4;
+/// Threads serving page faults: 1 to 256 (default: CPUs (1 to 4) + 1;
 /// `UMAP_PAGE_FILLERS`).
 ///
 /// # Safety

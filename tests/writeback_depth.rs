@@ -1,0 +1,149 @@
+//! Write-back at the store's depth: dirty pages leave in batches of
+//! several writes, both when the evictors make room and at `flush`, so a
+//! store with a queue (io_uring) has them in flight together. Both fault
+//! services (in-thread in a child process: the service installs a SIGBUS
+//! handler).
+
+mod common;
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use umio::backends::{IoRequest, MemoryStore};
+use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store, StoreError};
+
+const PS: usize = 4096;
+const PAGES: usize = 2048;
+const DEPTH: usize = 8;
+
+/// A memory store of depth [`DEPTH`] that records how many writes each
+/// batch holds.
+struct Recording {
+    inner: MemoryStore,
+    write_batches: Mutex<Vec<usize>>,
+}
+
+impl Store for Recording {
+    fn len(&self) -> Result<u64, StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        self.write_batches.lock().unwrap().push(1);
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn is_writable(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "recording"
+    }
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        let writes = batch.iter().filter(|r| r.is_write()).count();
+        if writes > 0 {
+            self.write_batches.lock().unwrap().push(writes);
+        }
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            req.perform(&self.inner);
+        }
+    }
+    fn queue_depth(&self) -> usize {
+        DEPTH
+    }
+}
+
+fn most_writes(store: &Recording) -> usize {
+    let mut b = store.write_batches.lock().unwrap();
+    let most = b.iter().copied().max().unwrap_or(0);
+    b.clear();
+    most
+}
+
+fn dirty_pages_leave_in_batches(service: FaultService) {
+    let store = Arc::new(Recording {
+        inner: MemoryStore::new(vec![0; PAGES * PS]),
+        write_batches: Mutex::new(Vec::new()),
+    });
+    let rt = Runtime::builder()
+        .cache_bytes(1 << 20)
+        .page_size(PS)
+        .fillers(2)
+        .fault_service(service)
+        .build()
+        .unwrap();
+    // SAFETY: nothing else reaches the store.
+    let m = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+    }
+    .unwrap();
+    let base = m.as_ptr();
+    // Every other page, four times the cache: the evictors write dirty
+    // victims back (no two adjacent: a write each).
+    let mut rng = common::Rng::new(11);
+    let mut want = vec![0u8; PAGES];
+    for _ in 0..4 * 256 {
+        let p = 2 * rng.below(PAGES / 2);
+        want[p] = want[p].wrapping_add(1);
+        // SAFETY: inside the mapping.
+        unsafe { *base.add(p * PS + 7) = want[p] };
+    }
+    let evicting = most_writes(&store);
+    m.flush().unwrap();
+    let flushing = most_writes(&store);
+    for (p, &v) in want.iter().enumerate() {
+        let mut b = [0u8; 1];
+        store.inner.read_at((p * PS + 7) as u64, &mut b).unwrap();
+        assert_eq!(b[0], v, "page {p} in the store after flush");
+    }
+    assert!(
+        evicting > 1,
+        "{}: eviction wrote dirty pages one write per batch",
+        service.name()
+    );
+    assert!(
+        flushing > 1,
+        "{}: flush wrote dirty pages one write per batch",
+        service.name()
+    );
+}
+
+#[test]
+fn dirty_pages_leave_in_batches_of_several_writes() {
+    if std::env::var_os("UMIO_WB_CHILD").is_some() {
+        dirty_pages_leave_in_batches(FaultService::InThread);
+        return;
+    }
+    dirty_pages_leave_in_batches(FaultService::Fillers);
+    let name = "dirty_pages_leave_in_batches_of_several_writes";
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("UMIO_WB_CHILD", "1")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("in-thread child still running after 300 s: hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(st.success(), "in-thread child: {st:?}");
+}
