@@ -235,8 +235,15 @@ fn fixed_address_maps_there_and_refuses_overlap() {
     let e = unsafe { rt.map_file(&file, odd) }.unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);
     map.unmap().unwrap();
-    // SAFETY: the rest of our reservation.
-    unsafe { libc::munmap(hole, 32 * PAGE) };
+    // The rest of the reservation, around the mapping's range: that range
+    // is unmapped now, and another test's thread may have mapped into it
+    // (unmapping the whole reservation killed such a thread with SIGSEGV
+    // in a loaded run).
+    // SAFETY: the two pieces of our reservation that no mapping replaced.
+    unsafe {
+        libc::munmap(hole, 4 * PAGE);
+        libc::munmap(hole.cast::<u8>().add(20 * PAGE).cast(), 12 * PAGE);
+    }
 }
 
 #[test]

@@ -18,6 +18,8 @@
      uunmap-long   uunmap(p, length + 12345): the same
      uunmap-holes  a page unmapped with uunmap(p + 4096, 4096) (written
                    back then), then uunmap(p, 0) for the rest
+     killed        umio_map with survive_process_death, then the process
+                   SIGKILLs itself: its keeper writes the file
    The cache is larger than the file (UMAP_BUFSIZE), so that no eviction
    writes anything back before the end. */
 #include <sys/prctl.h>
@@ -71,6 +73,10 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "umio-exit") == 0) {
     base = umio_map(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, NULL);
     CHECK(base != UMIO_FAILED);
+  } else if (strcmp(mode, "killed") == 0) {
+    struct umio_map_options o = {.size = sizeof o, .survive_process_death = 1};
+    base = umio_map(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0, &o);
+    CHECK(base != UMIO_FAILED);
   } else {
     base = umap(NULL, LEN, PROT_READ | PROT_WRITE, UMAP_PRIVATE, fd, 0);
     CHECK(base != UMAP_FAILED);
@@ -82,6 +88,11 @@ int main(int argc, char **argv) {
       strcmp(mode, "named") == 0) {
     write_range(0, LEN);
     exit(0);
+  }
+  if (strcmp(mode, "killed") == 0) {
+    write_range(0, LEN);
+    kill(getpid(), SIGKILL);
+    for (;;) pause();
   }
   if (strcmp(mode, "return") == 0) {
     write_range(0, LEN);

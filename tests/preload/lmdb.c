@@ -9,7 +9,14 @@
  * With "points GETS" after MAPSIZE_BYTES, the program only opens the
  * database that an earlier run made and reads GETS records chosen at
  * random (a fixed seed), checking each value: a B-tree's random point
- * reads, each a walk from the root to one leaf. */
+ * reads, each a walk from the root to one leaf.
+ *
+ * "killed" for the mode loads with MDB_WRITEMAP | MDB_NOSYNC (no msync
+ * ever) and prints "committed N" after each transaction's commit (the
+ * first N records of the load order are in), for its parent to SIGKILL it
+ * mid-load. "check DONE" after MAPSIZE_BYTES then opens that database and
+ * checks that the first DONE records of the load order are there with
+ * their values, and that every record it holds has its value. */
 #include "check.h"
 
 #include <lmdb.h>
@@ -84,13 +91,69 @@ static int points(const char *dir, unsigned records, size_t mapsize, unsigned ge
     return 0;
 }
 
+/* The record the load order puts at position j of `records`. */
+static unsigned load_order(unsigned j, unsigned records) {
+    return (unsigned)(((uint64_t)j * 48271u) % records);
+}
+
+/* After a load killed mid-way: the database opens, holds at least the
+ * first `done` records of the load order with their values, and every
+ * record in it is whole. */
+static int check_killed(const char *dir, unsigned records, size_t mapsize, unsigned done) {
+    MDB_env *env = open_env(dir, MDB_RDONLY, mapsize);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_stat st;
+    MDB_CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn));
+    MDB_CHECK(mdb_dbi_open(txn, NULL, 0, &dbi));
+    MDB_CHECK(mdb_stat(txn, dbi, &st));
+    if (st.ms_entries < done) {
+        fprintf(stderr, "the database holds %zu records, fewer than the %u committed\n",
+                st.ms_entries, done);
+        exit(1);
+    }
+    for (unsigned j = 0; j < done; j++)
+        check_record(txn, dbi, load_order(j, records));
+    /* Every record there, committed before the kill or not, is whole. */
+    MDB_cursor *cur;
+    MDB_CHECK(mdb_cursor_open(txn, dbi, &cur));
+    MDB_val k, v;
+    size_t seen = 0;
+    int rc;
+    while ((rc = mdb_cursor_get(cur, &k, &v, seen ? MDB_NEXT : MDB_FIRST)) == MDB_SUCCESS) {
+        char key[16];
+        CHECK(k.mv_size == 10);
+        memcpy(key, k.mv_data, 10);
+        key[10] = 0;
+        check_record(txn, dbi, (unsigned)strtoul(key, NULL, 10));
+        seen++;
+    }
+    if (rc != MDB_NOTFOUND || seen != st.ms_entries) {
+        fprintf(stderr, "walking the database: %s after %zu of %zu records\n", mdb_strerror(rc),
+                seen, st.ms_entries);
+        exit(1);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    printf("lmdb check ok: %zu records, %u committed before the kill\n", seen, done);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    CHECK(argc == 5 || (argc == 6 && strcmp(argv[3], "points") == 0));
+    CHECK(argc == 5 || (argc == 6 && (strcmp(argv[3], "points") == 0 ||
+                                      strcmp(argv[3], "check") == 0)));
     const char *dir = argv[1];
     unsigned records = (unsigned)atoi(argv[2]);
+    if (argc == 6 && strcmp(argv[3], "check") == 0)
+        return check_killed(dir, records, (size_t)strtoull(argv[4], NULL, 0),
+                            (unsigned)atoi(argv[5]));
     if (argc == 6)
         return points(dir, records, (size_t)strtoull(argv[4], NULL, 0), (unsigned)atoi(argv[5]));
-    unsigned flags = strcmp(argv[3], "writemap") == 0 ? MDB_WRITEMAP : 0;
+    int killed = strcmp(argv[3], "killed") == 0;
+    unsigned flags = strcmp(argv[3], "writemap") == 0 ? MDB_WRITEMAP
+                     : killed                         ? MDB_WRITEMAP | MDB_NOSYNC
+                                                      : 0;
     CHECK(flags != 0 || strcmp(argv[3], "default") == 0);
     size_t mapsize = (size_t)strtoull(argv[4], NULL, 0);
     unsigned char val[256];
@@ -105,12 +168,18 @@ int main(int argc, char **argv) {
         MDB_CHECK(mdb_txn_begin(env, NULL, 0, &txn));
         MDB_CHECK(mdb_dbi_open(txn, NULL, 0, &dbi));
         for (unsigned j = start; j < start + batch && j < records; j++) {
-            unsigned i = (unsigned)(((uint64_t)j * 48271u) % records);
+            unsigned i = load_order(j, records);
             snprintf(key, sizeof key, "%010u", i);
             MDB_val k = {10, key}, v = {value_of(i, val), val};
             MDB_CHECK(mdb_put(txn, dbi, &k, &v, 0));
         }
         MDB_CHECK(mdb_txn_commit(txn));
+        if (killed) {
+            char line[64];
+            unsigned done = start + batch < records ? start + batch : records;
+            int n = snprintf(line, sizeof line, "committed %u\n", done);
+            CHECK(write(1, line, (size_t)n) == n);
+        }
     }
     /* Inside the same environment: every record reads back. */
     MDB_txn *txn;

@@ -89,6 +89,17 @@ impl Runtime {
                 e.raw_os_error().unwrap_or(libc::EBADF),
             )
         })?;
+        let opts = if opts.survive_death && opts.keep_file.is_none() {
+            match file.try_clone() {
+                Ok(f) => opts.survive_process_death_file(Arc::new(f)),
+                Err(e) => {
+                    log::warn!("umio: no keeper for a mapping: dup of its file failed ({e})");
+                    opts
+                }
+            }
+        } else {
+            opts
+        };
         // SAFETY: the caller keeps the same contract for the file.
         unsafe { self.map(opts.store(store)) }
     }
@@ -108,6 +119,23 @@ impl Runtime {
         let (mut opts, skew) = opts.split_offset()?;
         let store = self.region_store(store, &mut opts)?;
         let region = Region::create(self.shared(), store, &opts)?;
+        if let Some(file) = opts
+            .keep_file
+            .as_ref()
+            .filter(|_| opts.survive_death && opts.writable && !opts.copy_on_write)
+        {
+            let (start, len) = (region.page_addr(0), region.pages.len() * region.page_size);
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if let Err(e) = crate::keeper::keep(start, len, opts.offset, file)
+                && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                log::warn!(
+                    "umio: no keeper for a mapping (errno {e}): its writes not yet written \
+                     back are lost if the process is killed (logged once)"
+                );
+            }
+        }
         Ok(Mapping::new(self.clone(), region).with_skew(skew))
     }
 }

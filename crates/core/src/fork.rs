@@ -100,7 +100,9 @@ extern "C" fn child() {
     crate::rcu::WRITERS.raw().after_fork(forker, me);
     run(Slot::ProcessOwner, forker, me);
     run(Slot::Resizing, forker, me);
+    crate::keeper::KEEPER.raw().after_fork(forker, me);
     crate::rcu::after_fork();
     run(Slot::InThread, forker, me);
     crate::report::after_fork();
+    crate::keeper::after_fork();
 }

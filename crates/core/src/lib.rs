@@ -21,6 +21,7 @@ mod handover;
 pub mod histogram;
 mod huge;
 mod in_thread;
+pub mod keeper;
 mod kernel;
 mod mapping;
 mod misses;

@@ -46,6 +46,11 @@ pub struct MapOptions {
     pub(crate) fault_service: Option<FaultService>,
     /// [`MapOptions::user_access_only`].
     pub(crate) user_access_only: bool,
+    /// [`MapOptions::survive_process_death`].
+    pub(crate) survive_death: bool,
+    /// [`MapOptions::survive_process_death_file`]; `None` with
+    /// `survive_death`: [`Runtime::map_file`]'s file.
+    pub(crate) keep_file: Option<Arc<std::fs::File>>,
 }
 
 impl std::fmt::Debug for MapOptions {
@@ -66,6 +71,7 @@ impl std::fmt::Debug for MapOptions {
             .field("copy_on_write", &self.copy_on_write)
             .field("fault_service", &self.fault_service)
             .field("user_access_only", &self.user_access_only)
+            .field("survive_death", &self.survive_death)
             .finish()
     }
 }
@@ -134,6 +140,30 @@ impl MapOptions {
         if on {
             self.writable = true;
         }
+        self
+    }
+
+    /// For a writable (not copy-on-write) [`Runtime::map_file`] mapping:
+    /// its writes reach the file even if the process is killed (`SIGKILL`,
+    /// a crash) before they were written back, as a kernel `MAP_SHARED`
+    /// mapping's do (its page cache outlives the process). The first such
+    /// mapping starts a keeper process that shares the address space and,
+    /// once the process is gone, writes every page of these mappings still
+    /// in memory whose bytes differ from the file's (see
+    /// [`keeper`](crate::keeper)). Default off; the `LD_PRELOAD` shim turns
+    /// it on for its shared mappings. If the keeper cannot be started the
+    /// mapping is made without it (logged).
+    pub fn survive_process_death(mut self, on: bool) -> Self {
+        self.survive_death = on;
+        self
+    }
+
+    /// As [`survive_process_death`](MapOptions::survive_process_death), for
+    /// [`Runtime::map`]: the store's bytes are `file`'s at the same
+    /// offsets (the keeper writes `file`).
+    pub fn survive_process_death_file(mut self, file: Arc<std::fs::File>) -> Self {
+        self.survive_death = true;
+        self.keep_file = Some(file);
         self
     }
 

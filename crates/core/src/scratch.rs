@@ -12,11 +12,11 @@ use crate::region::EnteredRegion;
 use crate::store_slots::Miss;
 use crate::sys::mm::StagingBuffer;
 
-/// A miss set aside by a filler: its page held busy, its region entered
-/// (`misses.rs`).
+/// A miss set aside by a filler (`misses.rs`): its page held busy, its
+/// region entered.
 pub(crate) struct Deferred {
-    pub(crate) region: EnteredRegion,
-    pub(crate) miss: Miss,
+    pub region: EnteredRegion,
+    pub miss: Miss,
 }
 
 /// Per-thread scratch state of fillers, evictors, the prefetch thread

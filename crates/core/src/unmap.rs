@@ -59,6 +59,9 @@ impl Shared {
                 region.page_addr(pages.start),
                 pages.len() * region.page_size,
             );
+            // Written back: the keeper no longer reads this memory, which
+            // may be something else's after the munmap.
+            drop(crate::keeper::forget(addr, len));
             unreg = unreg.and(self.uffd_of(region).unregister(addr, len));
             let unmapped = mm::unmap(addr, len);
             assert!(unmapped.is_ok(), "munmap of a region failed: {unmapped:?}");
@@ -175,6 +178,8 @@ impl Shared {
         // service's table follows the `munmap` (`republish_in_thread`).
         region.add_hole(pages.clone());
         self.republish(w, region);
+        // Written back: the keeper no longer reads this memory.
+        let forgotten = crate::keeper::forget(addr, len);
         let gone = match &mut how {
             Take::Unmap => mm::unmap(addr, len),
             Take::Unregister => self.uffd_of(region).unregister(addr, len),
@@ -183,6 +188,7 @@ impl Shared {
         if let Err(e) = gone {
             // Nothing changed in the kernel: the pages are the region's
             // again, as they were (less the dirty ones written back).
+            crate::keeper::restore(forgotten);
             region.remove_hole(&pages);
             self.republish(w, region);
             for (p, &s) in pages.clone().zip(&states) {

@@ -388,6 +388,12 @@ struct umio_map_options {
   // but through umio_read_into/umio_write_from); "auto" then serves
   // it in the faulting thread. 0: no such promise.
   int user_access_only;
+  // Non-zero, for a writable mapping of a file (fd, no store): its
+  // writes reach the file even if the process is killed before they
+  // were written back, as a kernel MAP_SHARED mapping's do: a keeper
+  // process writes what is still in umio's cache once the process is
+  // gone (MapOptions::survive_process_death). 0: they are lost.
+  int survive_process_death;
 };
 
 // The runtime's configuration: see umio_config_get.

@@ -69,8 +69,11 @@ extern "C" fn at_exit() {
     });
 }
 
-/// Writes back and syncs every mapping this process made and still maps.
+/// Writes back and syncs every mapping this process made and still maps;
+/// if every one was, tells the keeper (if any) that nothing is left for
+/// it to write.
 fn flush_all() {
+    let mut all = true;
     for m in registry::of_this_process() {
         if m.mapped_bytes() == 0 {
             continue;
@@ -78,11 +81,17 @@ fn flush_all() {
         match m.flush() {
             // Unmapped by another thread meanwhile: written back then.
             Ok(()) | Err(umio_core::Error::NotMapped) => {}
-            Err(e) => log::error!(
-                "umio: writing back {} bytes at {:p} at exit failed: {e}",
-                m.len(),
-                m.as_ptr()
-            ),
+            Err(e) => {
+                all = false;
+                log::error!(
+                    "umio: writing back {} bytes at {:p} at exit failed: {e}",
+                    m.len(),
+                    m.as_ptr()
+                )
+            }
         }
+    }
+    if all {
+        umio_core::keeper::all_written();
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Request {
     pub fault_service: Option<FaultService>,
     /// `umio_map_options.user_access_only`.
     pub user_access_only: bool,
+    /// `umio_map_options.survive_process_death`.
+    pub survive_process_death: bool,
 }
 
 impl Request {
@@ -83,6 +85,7 @@ impl Request {
             hugetlb: None,
             fault_service: None,
             user_access_only: false,
+            survive_process_death: false,
         }
     }
 }
@@ -184,7 +187,9 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
     if let Some(s) = req.fault_service {
         opts = opts.fault_service(s);
     }
-    opts = opts.user_access_only(req.user_access_only);
+    opts = opts
+        .user_access_only(req.user_access_only)
+        .survive_process_death(req.survive_process_death);
     let hugetlb = req.hugetlb.or(hugetlb_flag.then_some(false));
     if let Some(fallback) = hugetlb {
         if req
@@ -222,6 +227,13 @@ pub(crate) fn map(req: Request, source: Source) -> Result<*mut c_void, Errno> {
             let file = dup(fd)?;
             let rt = config::runtime()?;
             let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+            let opts = match backend {
+                // Whatever the backend, the bytes are the file's.
+                Backend::Uring { .. } | Backend::Dax if req.survive_process_death => {
+                    opts.survive_process_death_file(Arc::new(file.try_clone().map_err(io)?))
+                }
+                _ => opts,
+            };
             match backend {
                 // SAFETY: see above.
                 Backend::Pread => unsafe { rt.map_file(&file, opts) }?,

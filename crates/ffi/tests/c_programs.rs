@@ -445,6 +445,71 @@ fn quickstart_links_statically() {
     check(&src, Build::Static, &[], "file starts with \"hello\"");
 }
 
+/// `tests/c/exit_writeback.c killed`: a program that maps a file with
+/// `umio_map_options.survive_process_death`, writes every byte and
+/// SIGKILLs itself (nothing evicted, nothing written back) leaves every
+/// byte in the file once its keeper is done (no process holds the file
+/// open any more), as with `mmap`'s `MAP_SHARED`, in both fault services.
+#[test]
+fn writes_reach_the_file_when_the_process_is_killed_with_survive_process_death() {
+    const LEN: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(&test_c("exit_writeback"), dir.path(), Build::Plain);
+    for service in ["fillers", "in-thread"] {
+        let path = dir.path().join(format!("{service}-killed.bin"));
+        std::fs::write(&path, vec![0u8; LEN]).unwrap();
+        let mut cmd = Command::new(&exe);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.arg(&path)
+            .arg("killed")
+            .env("UMAP_BUFSIZE", "1024")
+            .env("UMIO_FAULT_SERVICE", service);
+        let out = output_within(cmd, &exe);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.signal() == Some(libc::SIGKILL) && stdout.contains("exit_writeback: killed"),
+            "{service}: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        // The keeper holds the file open until it has written it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        while held_open(&path) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{service}: the keeper hung"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let data = std::fs::read(&path).unwrap();
+        let lost = (0..LEN)
+            .filter(|&i| data[i] != exit_writeback_byte(i as u64))
+            .count();
+        assert_eq!(
+            lost, 0,
+            "{service}: {lost} of {LEN} bytes did not reach the file"
+        );
+    }
+}
+
+/// Whether a process has `path` open (`/proc/*/fd`).
+fn held_open(path: &Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        })
+    })
+}
+
 /// The byte `tests/c/exit_writeback.c` writes at `off`.
 fn exit_writeback_byte(off: u64) -> u8 {
     let x = off.wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -39,6 +39,10 @@ pub(crate) struct Config {
     pub heap_size: usize,
     /// `UMIO_STATS=1`: print the process's counters at exit.
     pub stats: bool,
+    /// `UMIO_PRELOAD_KEEPER` (default on; `0` turns it off): writable
+    /// shared mappings survive the process's death
+    /// (`MapOptions::survive_process_death`).
+    pub keeper: bool,
     /// `UMIO_LOG`: `off`, `error`, `warn` (the default), `info` or
     /// `debug`: the log records printed on stderr.
     pub log_level: LogLevel,
@@ -118,6 +122,7 @@ impl Config {
             heap_min_alloc: size(c"UMIO_HEAP_MIN_ALLOC", 1 << 20).max(1),
             heap_size: size(c"UMIO_HEAP_SIZE", 64 << 30),
             stats: var(c"UMIO_STATS").is_some_and(|v| v != "0"),
+            keeper: var(c"UMIO_PRELOAD_KEEPER").is_none_or(|v| v != "0"),
             log_level: match var(c"UMIO_LOG") {
                 None => LogLevel::default(),
                 Some(v) => LogLevel(parse_log_level(&v).unwrap_or_else(|| {

@@ -173,8 +173,11 @@ pub(crate) fn before_exit() {
         if runtime::runtime_if_started().is_none() || DONE.swap(true, Ordering::AcqRel) {
             return;
         }
-        if maps::any() {
-            maps::flush_all(&maps::lock(), false);
+        // Every shared mapping written back: the keeper has nothing left
+        // to write, and quits (a file another program changes after this
+        // one is gone must not get this one's pages).
+        if !maps::any() || maps::flush_all(&maps::lock(), false) {
+            umio_core::keeper::all_written();
         }
         if runtime::config().stats {
             print_stats();

@@ -399,6 +399,14 @@ pub(crate) fn map(
         .offset(off as u64)
         .len(len)
         .writable(writable);
+    if shared && writable && config().keeper {
+        // Its writes reach the file even if the process is killed, as the
+        // kernel's page cache would keep them.
+        match file.try_clone() {
+            Ok(f) => opts = opts.survive_process_death_file(Arc::new(f)),
+            Err(e) => log::warn!("umio: no keeper for a mapping: dup failed ({e})"),
+        }
+    }
     // The C library may read into the mapping with its own system calls
     // (stdio), which fail with `EFAULT` on non-resident memory served
     // in-thread: the fillers serve it unless its path is opted in.
@@ -1213,7 +1221,8 @@ pub(crate) fn remap(
 }
 
 /// Writes back every shared mapping (at exit, and before `fork`).
-pub(crate) fn flush_all(t: &Table, private_too: bool) {
+pub(crate) fn flush_all(t: &Table, private_too: bool) -> bool {
+    let mut all = true;
     let mut done: Vec<*const Entry> = Vec::new();
     for s in &t.segs {
         let p = Arc::as_ptr(&s.entry);
@@ -1223,8 +1232,10 @@ pub(crate) fn flush_all(t: &Table, private_too: bool) {
         done.push(p);
         if let Err(e) = s.entry.mapping.flush() {
             sys::eprint(&format!("umio-preload: write-back failed: {e}\n"));
+            all = false;
         }
     }
+    all
 }
 
 /// In a fork child: the parent's umio regions are not inherited (their

@@ -1122,3 +1122,277 @@ fn gnu_sort_in_heap_mode_under_the_in_thread_service_sorts_as_without_the_shim()
         "sort's output under the shim differs from its output without it"
     );
 }
+
+/// The keepers (`umio_core::keeper`) that process `pid` started, as
+/// pidfds: its child processes, found by their parent in `/proc/*/stat`
+/// (the test programs start none of their own; a keeper names itself
+/// `umio-keeper` only once it runs).
+fn keepers_of(pid: u32) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if ppid == Some(pid.to_string().as_str()) {
+            let keeper: i32 = stat[..open].trim().parse().unwrap();
+            // SAFETY: pidfd_open takes no pointer.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, keeper, 0) };
+            if fd >= 0 {
+                // SAFETY: a fresh descriptor, ours.
+                found.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) });
+            }
+        }
+    }
+    found
+}
+
+/// Waits until each of `keepers` (pidfds) has exited: a keeper left
+/// running past `HANG` fails the test.
+fn wait_for_keepers(keepers: &[std::os::fd::OwnedFd]) {
+    use std::os::fd::AsRawFd;
+    for k in keepers {
+        let mut p = libc::pollfd {
+            fd: k.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, HANG.as_millis() as i32) };
+        assert_eq!(r, 1, "a keeper did not exit within {HANG:?}: hung");
+    }
+}
+
+/// Runs `cmd`, reads its stdout line by line and SIGKILLs it once `stop`
+/// returns true for a line; returns that line, the keepers it had
+/// started by then (pidfds) and its stderr. A program that runs past
+/// `HANG` is killed and fails the test.
+fn kill_when(
+    mut cmd: Command,
+    mut stop: impl FnMut(&str) -> bool,
+) -> (String, Vec<std::os::fd::OwnedFd>, String) {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program runs");
+    let pid = child.id();
+    let finished = Arc::new(AtomicBool::new(false));
+    let hung = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (finished, hung) = (finished.clone(), hung.clone());
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + HANG;
+            while !finished.load(Ordering::Acquire) {
+                if std::time::Instant::now() > deadline {
+                    hung.store(true, Ordering::Release);
+                    // SAFETY: kill takes no pointer; not yet reaped.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    let mut stderr = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut keepers = None;
+    let mut at = String::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if keepers.is_none() {
+            // The mapping is made: its keeper, if any, runs.
+            keepers = Some(keepers_of(pid));
+        }
+        if stop(&line) {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            at = line;
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    finished.store(true, Ordering::Release);
+    watchdog.join().unwrap();
+    let stderr = err_reader.join().unwrap();
+    assert!(!hung.load(Ordering::Acquire), "hung: {stderr}");
+    assert!(
+        !at.is_empty(),
+        "the program ended before it was killed ({status}): {stderr}"
+    );
+    (at, keepers.unwrap_or_default(), stderr)
+}
+
+/// The pattern seed of each 8-byte word of `file` (`check.h`'s `word`),
+/// or an error naming a word that is no pattern's.
+fn seeds(file: &[u8]) -> Result<Vec<u64>, String> {
+    file.chunks_exact(8)
+        .enumerate()
+        .map(|(i, w)| {
+            let v = u64::from_ne_bytes(w.try_into().unwrap());
+            let x = v ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            if x & ((1 << 56) - 1) != 0 {
+                Err(format!(
+                    "the word at byte {} is no pattern's: {v:#x}",
+                    i * 8
+                ))
+            } else {
+                Ok(x >> 56)
+            }
+        })
+        .collect()
+}
+
+/// A writer through a `MAP_SHARED` mapping, SIGKILLed mid-run, leaves in
+/// the file every byte it wrote before the last marker its parent saw, as
+/// under the kernel (whose page cache outlives the process): under the
+/// shim its keeper writes the pages still in umio's cache once it is
+/// gone. The file is four times the cache, so that pages were also
+/// evicted and written back, in umio's order, before the kill. In both
+/// fault services (the file opted in to the in-thread one).
+#[test]
+fn a_killed_writer_loses_nothing_written_through_a_shared_mapping() {
+    let dir = scratch();
+    let exe = compile("killed", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let pattern = format!("{}/*", data.display());
+    const MIB: usize = 16;
+    let npages = MIB << 8;
+    for (what, preload, env) in [
+        ("the kernel", false, vec![]),
+        (
+            "the shim, fillers",
+            true,
+            vec![
+                ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+                ("UMIO_CACHE_BYTES", "4M"),
+                ("EXPECT_UMIO", "1"),
+            ],
+        ),
+        (
+            "the shim, in-thread",
+            true,
+            vec![
+                ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+                ("UMIO_PRELOAD_IN_THREAD_PATHS", pattern.as_str()),
+                ("UMIO_FAULT_SERVICE", "in-thread"),
+                ("UMIO_CACHE_BYTES", "4M"),
+                ("EXPECT_UMIO", "1"),
+            ],
+        ),
+    ] {
+        let file = data.join("killed.bin");
+        let cmd = command(
+            &exe,
+            &[file.to_str().unwrap(), &MIB.to_string()],
+            &env,
+            preload,
+        );
+        let marker = |line: &str| -> (u64, usize) {
+            let mut w = line.split_whitespace().skip(1);
+            (
+                w.next().unwrap().parse().unwrap(),
+                w.next().unwrap().parse().unwrap(),
+            )
+        };
+        // Killed in its third pass over the file, past the middle.
+        let (at, keepers, stderr) = kill_when(cmd, |line| {
+            let (seed, pages) = marker(line);
+            seed >= 3 && pages >= npages / 2
+        });
+        wait_for_keepers(&keepers);
+        let (seed, pages) = marker(&at);
+        let seeds = seeds(&std::fs::read(&file).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(seeds.len(), npages * 512);
+        for (pg, page) in seeds.chunks(512).enumerate() {
+            let least = if pg < pages { seed } else { seed - 1 };
+            if let Some(s) = page.iter().find(|&&s| s < least) {
+                panic!(
+                    "{what}: killed after {at:?}, page {pg} of the file holds pattern {s}, \
+                     older than pattern {least} written before the marker\n{stderr}"
+                );
+            }
+        }
+        assert_eq!(keepers.len(), usize::from(preload), "{what}: keepers");
+    }
+}
+
+/// LMDB with `MDB_WRITEMAP | MDB_NOSYNC` (every write through a shared
+/// mapping, never an `msync`) SIGKILLed mid-load: the database then opens
+/// and holds every transaction whose commit returned before the kill,
+/// every record whole, as under the kernel. The load is about 30 MiB of
+/// tree through an 8 MiB cache; in both fault services.
+#[test]
+fn lmdb_writemap_nosync_killed_mid_load_opens_and_verifies() {
+    if !Path::new("/usr/include/lmdb.h").exists() {
+        eprintln!("SKIPPED: LMDB is not installed (apt-get install liblmdb-dev)");
+        return;
+    }
+    let dir = scratch();
+    let exe = compile_with("lmdb", dir.path(), &["-llmdb"]);
+    const RECORDS: &str = "500000";
+    const MAPSIZE: &str = "1073741824";
+    for (what, preload, in_thread) in [
+        ("the kernel", false, false),
+        ("the shim, fillers", true, false),
+        ("the shim, in-thread", true, true),
+    ] {
+        let db = dir.path().join(what.replace([' ', ','], "_"));
+        std::fs::create_dir(&db).unwrap();
+        let pattern = format!("{}/*", db.display());
+        let mut env = vec![
+            ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+            ("UMIO_CACHE_BYTES", "8M"),
+            ("UMIO_PAGE_SIZE", "4K"),
+        ];
+        if in_thread {
+            env.push(("UMIO_PRELOAD_IN_THREAD_PATHS", pattern.as_str()));
+            env.push(("UMIO_FAULT_SERVICE", "in-thread"));
+        }
+        let cmd = command(
+            &exe,
+            &[db.to_str().unwrap(), RECORDS, "killed", MAPSIZE],
+            &env,
+            preload,
+        );
+        let (at, keepers, stderr) = kill_when(cmd, |line| {
+            line.strip_prefix("committed ")
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n >= 200_000)
+        });
+        wait_for_keepers(&keepers);
+        let done = at.strip_prefix("committed ").unwrap();
+        // Checked without the shim: the file as the kernel sees it.
+        let check = run(
+            &exe,
+            &[db.to_str().unwrap(), RECORDS, "check", MAPSIZE, done],
+            &[],
+            false,
+        );
+        assert_ok(
+            &check,
+            &format!("LMDB killed mid-load under {what}, then opened"),
+            "lmdb check ok",
+        );
+        assert_eq!(
+            keepers.len(),
+            usize::from(preload),
+            "{what}: keepers\n{stderr}"
+        );
+    }
+}

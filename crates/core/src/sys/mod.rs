@@ -18,7 +18,10 @@
 //! - `pagemap.rs`: `PAGEMAP_SCAN` on `/proc/self/pagemap`, which pages
 //!   were written (asynchronous dirty tracking);
 //! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
-//!   trigger.
+//!   trigger;
+//! - `keeper.rs`: the keeper process (`crate::keeper`): its `clone`, the
+//!   messages to it, and its own code, which makes raw system calls only
+//!   (no `errno`, no thread-local storage).
 //!
 //! `unsafe` outside `sys/` in umio-core makes no system call; each block
 //! has its `// SAFETY:` line. Where it is, and why it is not here:
@@ -49,6 +52,7 @@
 //! time, lacks `UFFDIO_COPY_MODE_WP`, `UFFDIO_POISON`, `UFFDIO_MOVE` and the
 //! feature query, and mishandles partial copies (docs/ARCHITECTURE.md).
 
+pub(crate) mod keeper;
 pub(crate) mod mm;
 pub(crate) mod pagemap;
 pub(crate) mod poller;

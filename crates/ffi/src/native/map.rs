@@ -115,6 +115,12 @@ pub struct umio_map_options {
     /// but through `umio_read_into`/`umio_write_from`); `"auto"` then serves
     /// it in the faulting thread. 0: no such promise.
     pub user_access_only: c_int,
+    /// Non-zero, for a writable mapping of a file (`fd`, no `store`): its
+    /// writes reach the file even if the process is killed before they
+    /// were written back, as a kernel `MAP_SHARED` mapping's do: a keeper
+    /// process writes what is still in umio's cache once the process is
+    /// gone (`MapOptions::survive_process_death`). 0: they are lost.
+    pub survive_process_death: c_int,
 }
 
 /// `umio_map_options.hugetlb`: hugetlbfs pages or fail with `ENOMEM`.
@@ -272,6 +278,7 @@ pub unsafe extern "C" fn umio_map(
             Some(n) => Some(FaultService::from_name(n).ok_or(Errno(libc::EINVAL))?),
         };
         req.user_access_only = o.user_access_only != 0;
+        req.survive_process_death = o.survive_process_death != 0;
         let window = if o.read_ahead == 0 {
             DEFAULT_WINDOW
         } else {
