@@ -7,27 +7,9 @@
 //! `super::other`. The crate root (`lib.rs`), which declares the modules
 //! and re-exports the public API, takes part in no cycle. A cycle among
 //! more than one file fails the test, listing the files and their edges.
-//!
-//! `KNOWN` lists the cycle that remains in umio-core: it may only shrink
-//! (issue #31); a new one, or a file joining it, fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// The files of umio-core's one remaining cycle, to be broken.
-const KNOWN: &[&str] = &[
-    "dirty",
-    "fault",
-    "fill",
-    "fork",
-    "in_thread",
-    "process",
-    "remove",
-    "report",
-    "runtime",
-    "shared",
-    "threads",
-];
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
@@ -303,15 +285,12 @@ fn cycles(g: &Graph) -> Vec<BTreeSet<String>> {
     s.out
 }
 
-/// The cycles of the crate in `dir` other than `known`, each with its
-/// files' edges inside it.
-fn unexpected(dir: &str, known: &[&str]) -> Vec<String> {
+/// The cycles of the crate in `dir`, each with its files' edges inside it.
+fn cycles_of(dir: &str) -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let g = graph(&dir);
-    let known: BTreeSet<String> = known.iter().map(|s| s.to_string()).collect();
     cycles(&g)
         .into_iter()
-        .filter(|c| *c != known)
         .map(|c| {
             let edges: Vec<String> = c
                 .iter()
@@ -330,14 +309,14 @@ fn unexpected(dir: &str, known: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn core_has_no_new_import_cycle() {
-    let found = unexpected("crates/core/src", KNOWN);
+fn core_has_no_import_cycle() {
+    let found = cycles_of("crates/core/src");
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
 #[test]
 fn preload_has_no_import_cycle() {
-    let found = unexpected("crates/preload/src", &[]);
+    let found = cycles_of("crates/preload/src");
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 

@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
 use umio_cache::{Observed, PageState, Touch};
 
+use crate::in_thread::IN_THREAD_WAIT;
 use crate::prefetch::FaultKind;
 use crate::region::Region;
 use crate::report::{self, Report};
@@ -21,9 +21,22 @@ use crate::shared::Shared;
 use crate::sys::mm;
 use crate::sys::uffd::{PAGEFAULT_FLAG_WP, PAGEFAULT_FLAG_WRITE};
 
-/// Longest wait of the in-thread service for a page another thread holds
-/// busy before it lets the access retry.
-pub(crate) const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
+impl crate::in_thread::Runtime for Shared {
+    fn count_in_thread_fault_while_unmapping(&self) {
+        Shared::count_in_thread_fault_while_unmapping(self)
+    }
+
+    fn serve_in_thread(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        addr: usize,
+        write: Option<bool>,
+        thread: u32,
+    ) -> bool {
+        Shared::serve_in_thread(self, w, region, addr, write, thread)
+    }
+}
 
 /// Writers a pool keeps asleep at the dirty limit, at most ([`Pool::parked`]).
 ///

@@ -31,9 +31,45 @@
 //! in-thread service's first start: `OnceLock`s), whose child would wait
 //! for that setup for ever if it started umio.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::sys::signal;
+
+/// A reset the child handler runs for a module above this one, given the
+/// forking thread's id and the child's: registered by its owner
+/// ([`on_child`]) so that this file names none of them.
+pub(crate) type Hook = fn(forker: u32, me: u32);
+
+/// The registered resets, by slot: the child handler runs them in the
+/// order of their slots (with its own, `rcu`'s and `report`'s, between).
+#[derive(Clone, Copy)]
+pub(crate) enum Slot {
+    /// The process-wide runtime's owner lock (`process.rs`).
+    ProcessOwner,
+    /// The cache resizing lock (`shared.rs`, registered by `runtime.rs`).
+    Resizing,
+    /// The in-thread service's slots and table (`in_thread.rs`).
+    InThread,
+}
+
+/// One hook a slot, set once and read (an atomic load) in the child: no
+/// allocation, no lock.
+static HOOKS: [OnceLock<Hook>; 3] = [const { OnceLock::new() }; 3];
+
+/// Registers `hook` for `slot`, before the state it resets can be held
+/// in a fork: where its owner starts. A second registration of a slot
+/// keeps the first (its owners register one function).
+pub(crate) fn on_child(slot: Slot, hook: Hook) {
+    let _ = HOOKS[slot as usize].set(hook);
+}
+
+/// Runs the hook of `slot`, if one is registered.
+fn run(slot: Slot, forker: u32, me: u32) {
+    if let Some(hook) = HOOKS[slot as usize].get() {
+        hook(forker, me);
+    }
+}
 
 /// Registers the fork handlers, once per process. Called where a runtime
 /// starts and where the process-wide runtime is looked up, never from a
@@ -61,16 +97,12 @@ extern "C" fn prepare() {
 extern "C" fn child() {
     let forker = FORKER.load(Ordering::SeqCst);
     let me = signal::gettid();
-    for lock in [
-        crate::rcu::WRITERS.raw(),
-        crate::process::OWNER.raw(),
-        crate::shared::RESIZING.raw(),
-        crate::keeper::KEEPER.raw(),
-    ] {
-        lock.after_fork(forker, me);
-    }
+    crate::rcu::WRITERS.raw().after_fork(forker, me);
+    run(Slot::ProcessOwner, forker, me);
+    run(Slot::Resizing, forker, me);
+    crate::keeper::KEEPER.raw().after_fork(forker, me);
     crate::rcu::after_fork();
-    crate::in_thread::after_fork();
+    run(Slot::InThread, forker, me);
     crate::report::after_fork();
     crate::keeper::after_fork();
 }

@@ -47,13 +47,13 @@ use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::rcu::{self, RcuCell};
 use crate::region::{Region, RegionLookup};
 use crate::report::{self, Report};
 use crate::scratch::Scratch;
-use crate::shared::Shared;
 use crate::sys::signal::{self, BusFault, ServiceStacks};
 
 /// Service slots: faults served at once in the whole process; a fault
@@ -102,7 +102,23 @@ struct Entry {
     /// The largest end of this entry and those before it (see [`find`]).
     reach: usize,
     region: Arc<Region>,
-    shared: *const Shared,
+    shared: *const dyn Runtime,
+}
+
+/// What the handler asks of the runtime whose region faulted: its shared
+/// state's (`Shared`, served in `fault.rs`), named here by what it does.
+pub(crate) trait Runtime: Sync {
+    /// Counts a fault met while its region is being unmapped.
+    fn count_in_thread_fault_while_unmapping(&self);
+    /// Serves the fault at `addr` of `region`; false if it failed.
+    fn serve_in_thread(
+        &self,
+        w: &mut Scratch,
+        region: &Arc<Region>,
+        addr: usize,
+        write: Option<bool>,
+        thread: u32,
+    ) -> bool;
 }
 
 // SAFETY: `shared` points to a runtime's shared state, which outlives its
@@ -186,8 +202,8 @@ struct Service {
     /// [`NESTED_SLOTS`] for each level of nesting.
     slots: Box<[Slot]>,
     top_slots: usize,
-    /// Slot `i`'s stack is stack `i`.
-    stacks: ServiceStacks,
+    /// Slot `i`'s stack is stack `i` (kept by `handler_stacks.rs`).
+    stacks: &'static ServiceStacks,
 }
 
 static SERVICE: OnceLock<std::result::Result<Service, i32>> = OnceLock::new();
@@ -199,7 +215,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
     let s = SERVICE.get_or_init(|| {
         let top_slots = slot_count();
         let count = top_slots + MAX_NESTING * NESTED_SLOTS;
-        let stacks = ServiceStacks::new(count, STACK_BYTES)?;
+        let stacks = crate::handler_stacks::set(ServiceStacks::new(count, STACK_BYTES)?);
         let mut slots = Vec::new();
         for _ in 0..count {
             let mut scratch = Scratch::new();
@@ -220,6 +236,7 @@ pub(crate) fn ensure_installed() -> Result<()> {
         // handler reads `SERVICE`, which is set when this closure
         // returns: a SIGBUS in between finds it unset and chains to
         // `previous` through `PREVIOUS`.
+        crate::fork::on_child(crate::fork::Slot::InThread, |_, _| after_fork());
         crate::fork::install();
         let previous = signal::install_sigbus(on_sigbus)?;
         let _ = PREVIOUS.set(previous);
@@ -238,6 +255,10 @@ pub(crate) fn ensure_installed() -> Result<()> {
 
 static PREVIOUS: OnceLock<signal::Action> = OnceLock::new();
 
+/// Longest wait of the in-thread service for a page another thread holds
+/// busy before it lets the access retry.
+pub(crate) const IN_THREAD_WAIT: Duration = Duration::from_millis(1);
+
 fn service() -> Option<&'static Service> {
     SERVICE.get().and_then(|s| s.as_ref().ok())
 }
@@ -245,7 +266,7 @@ fn service() -> Option<&'static Service> {
 /// Sets the table's entries for `region` of `shared` to its mapped
 /// ranges (none once it is unmapped), then waits until no handler can
 /// see the entries replaced.
-pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
+pub(crate) fn set_ranges(shared: &(dyn Runtime + 'static), region: &Arc<Region>, mapped: bool) {
     let Some(s) = service() else { return };
     // Held from reading the region's ranges to publishing them, so that
     // two updates of one region publish in the order they read.
@@ -284,7 +305,7 @@ pub(crate) fn set_ranges(shared: &Shared, region: &Arc<Region>, mapped: bool) {
             end: region.page_addr(r.start) + r.len() * region.page_size,
             reach: 0,
             region: region.clone(),
-            shared: shared as *const Shared,
+            shared: shared as *const dyn Runtime,
         }));
         by_addr.sort_unstable_by_key(|e| e.start);
         let mut far = 0;
@@ -444,18 +465,6 @@ fn refuse(r: Report) -> Verdict {
     Verdict::Failed
 }
 
-/// Whether the calling thread is inside umio's in-thread fault handler,
-/// serving a fault: the store reads it makes there call the C library
-/// (`pread`, say), and a library that interposes those calls (an
-/// `LD_PRELOAD` shim such as `libumio_preload.so`) must send them straight
-/// to the kernel: a signal handler may take none of its locks. Signal-safe,
-/// with no system call and no thread-local storage: the handler runs on
-/// stacks of its own, and this asks whether the caller's stack is one of
-/// them. Always `false` where no runtime serves faults in-thread.
-pub fn in_fault_handler() -> bool {
-    service().is_some_and(|s| s.stacks.index_of(signal::stack_pointer()).is_some())
-}
-
 /// The entry for `addr`: of those that cover it, the newest region's (an
 /// older one's is stale, as the runtime's own table decides:
 /// `region::newest_covering`).
@@ -577,7 +586,7 @@ fn serve_here(call: &mut Call) -> Verdict {
             // then fails as an access to unmapped memory does), outside it.
             shared.count_in_thread_fault_while_unmapping();
             drop(g);
-            std::thread::sleep(crate::fault::IN_THREAD_WAIT);
+            std::thread::sleep(IN_THREAD_WAIT);
             return Verdict::Retry;
         };
         // The fault is served outside the read section. Serving may wait

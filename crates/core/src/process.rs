@@ -124,6 +124,7 @@ impl ProcessRuntime {
     /// and in the child.
     pub fn lock() -> ProcessLock {
         // Not `owner()`: a fork handler must not register fork handlers.
+        on_fork();
         ProcessLock {
             _owner: OWNER.lock(),
         }
@@ -145,7 +146,16 @@ impl std::fmt::Debug for ProcessLock {
 /// child can start its runtime whatever its parent's threads were doing.
 pub(crate) static OWNER: ForkMutex<Owner> = ForkMutex::new(Owner::new());
 
+/// Has a fork child free [`OWNER`] (`fork.rs`): registered before it is
+/// first taken (not `pthread_atfork`: allowed in a fork handler).
+fn on_fork() {
+    crate::fork::on_child(crate::fork::Slot::ProcessOwner, |forker, me| {
+        OWNER.raw().after_fork(forker, me)
+    });
+}
+
 fn owner() -> ForkGuard<'static, Owner> {
+    on_fork();
     crate::fork::install();
     OWNER.lock()
 }

@@ -35,14 +35,14 @@
 
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use umio_cache::{Observed, PageState};
 
 use crate::region::Region;
+use crate::removals::Removal;
 use crate::shared::Shared;
 use crate::sys::mm;
 use crate::sys::poller::{Poller, Wake};
@@ -55,34 +55,6 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 /// How many times settling looks at a page another thread holds before it
 /// leaves the page to that thread (yielding in between).
 const SETTLE_TRIES: usize = 10_000;
-
-/// Pages handed to the evictors to be settled.
-struct Removal {
-    region: Arc<Region>,
-    pages: Range<usize>,
-    /// When they are settled: [`SETTLE`] after a remove event noted them;
-    /// at once for pages found present where umio holds them empty.
-    due: Instant,
-    /// Found present where umio holds them empty ([`Shared::drop_later`]),
-    /// not noted by a remove event.
-    stale: bool,
-}
-
-/// The pages waiting to be settled (`Shared::removals`).
-#[derive(Default)]
-pub(crate) struct Removals {
-    list: Mutex<Vec<Removal>>,
-    /// How many entries of `list` are stale: the fault path looks for one
-    /// on every miss, and must not take the lock for it while there is
-    /// none (the common case).
-    stale: AtomicUsize,
-}
-
-impl Removals {
-    fn lock(&self) -> MutexGuard<'_, Vec<Removal>> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 impl Shared {
     /// Whether the calling thread must not drop pages itself: it reads

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use umio_backends::{StoreError, StoreOp};
 
-use crate::in_thread::in_fault_handler;
+use crate::handler_stacks::in_fault_handler;
 
 /// An error of the fault path, as a value: formatted only when logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

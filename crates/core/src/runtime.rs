@@ -21,7 +21,12 @@ impl Builder {
     /// threads.
     pub fn build(self) -> Result<Runtime> {
         let settings = self.validate()?;
+        // The cache resizing lock's reset, before a runtime can take it.
+        crate::fork::on_child(crate::fork::Slot::Resizing, |forker, me| {
+            crate::shared::RESIZING.raw().after_fork(forker, me)
+        });
         crate::fork::install();
+        let _ = crate::shared::SPAWN_SERVICE.set(threads::spawn_service);
         let mode = settings.uffd_mode;
         let (uffd, user_mode_only) = open_uffd(mode)?;
         if user_mode_only && mode == UffdMode::Auto {

@@ -37,6 +37,16 @@ use crate::trace::{FaultTrace, Step, Tracer, now};
 /// if another thread held it (`fork.rs`).
 pub(crate) static RESIZING: crate::fork_lock::ForkMutex<()> = crate::fork_lock::ForkMutex::new(());
 
+/// Starts the threads that read a service's userfaultfd, just opened
+/// (`threads::spawn_service`): registered by the runtime's start
+/// (`runtime.rs`), so that this file, below the threads, names none of
+/// their loops.
+pub(crate) type SpawnService =
+    fn(&Arc<Shared>, FaultService, &mut Vec<JoinHandle<()>>) -> Result<()>;
+
+/// The [`SpawnService`] of every runtime.
+pub(crate) static SPAWN_SERVICE: OnceLock<SpawnService> = OnceLock::new();
+
 /// State shared by the runtime's handles, its mappings and its threads.
 pub(crate) struct Shared {
     cfg: Config,
@@ -85,7 +95,7 @@ pub(crate) struct Shared {
     /// another thread holds busy.
     page_waits: PageWaits,
     /// Pages remove events handed to the evictors (`remove.rs`).
-    removals: crate::remove::Removals,
+    removals: crate::removals::Removals,
     /// The epoch of [`now_ms`](Shared::now_ms).
     started: Instant,
     /// Eviction batches under way: their victims are out of the policy
@@ -99,7 +109,7 @@ pub(crate) struct Shared {
     /// Where evictions take victims under asynchronous dirty tracking
     /// (`dirty.rs`); `None` without it, or without `UFFDIO_MOVE`, or with
     /// remove events (a drop of the scratch would queue one).
-    move_scratch: OnceLock<(usize, Mutex<crate::dirty::MoveScratch>)>,
+    move_scratch: OnceLock<(usize, Mutex<crate::move_scratch::MoveScratch>)>,
     /// When the evictors last looked for pages written behind umio's back
     /// (`now_ms`), with asynchronous dirty tracking.
     pub(crate) harvested_at: AtomicU64,
@@ -276,7 +286,7 @@ impl Shared {
             trace: s.trace_faults.then(Box::default),
             in_thread: AtomicBool::new(false),
             page_waits: PageWaits::default(),
-            removals: crate::remove::Removals::default(),
+            removals: crate::removals::Removals::default(),
             started: Instant::now(),
             evicting: AtomicU32::new(0),
             pagemap,
@@ -322,7 +332,7 @@ impl Shared {
     }
 
     /// Pages remove events handed to the evictors.
-    pub fn removals(&self) -> &crate::remove::Removals {
+    pub fn removals(&self) -> &crate::removals::Removals {
         &self.removals
     }
 
@@ -348,7 +358,7 @@ impl Shared {
     /// See `dirty.rs`: the scratch evictions move victims to (made with
     /// the first userfaultfd the runtime opens).
     #[inline]
-    pub fn move_scratch(&self) -> Option<&Mutex<crate::dirty::MoveScratch>> {
+    pub fn move_scratch(&self) -> Option<&Mutex<crate::move_scratch::MoveScratch>> {
         self.move_scratch.get().map(|(_, m)| m)
     }
 
@@ -447,7 +457,7 @@ impl Shared {
             // table by id: a handler's eviction may pick their pages.
             let w = self.lock_regions();
             for r in self.regions.load().all() {
-                in_thread::set_ranges(self, r, true);
+                in_thread::set_ranges(&**self, r, true);
             }
             drop(w);
         }
@@ -457,7 +467,7 @@ impl Shared {
             && !self.cfg.remove_events
             && self.move_scratch.get().is_none()
             && let Some(scratch) =
-                crate::dirty::MoveScratch::new(self.uffds[i].get().expect("set above"))
+                crate::move_scratch::MoveScratch::new(self.uffds[i].get().expect("set above"))
         {
             // Registered with the first descriptor opened; `UFFDIO_MOVE`
             // into it is an ioctl on that one, whichever region's page moves.
@@ -467,7 +477,10 @@ impl Shared {
             .service_threads
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        crate::threads::spawn_service(self, service, &mut threads)?;
+        let spawn = SPAWN_SERVICE
+            .get()
+            .expect("registered at the runtime's start");
+        spawn(self, service, &mut threads)?;
         drop(threads);
         Ok(self.uffds[i].get().expect("set above"))
     }
