@@ -1,5 +1,5 @@
 //! The keeper: what a process wrote to its shared file mappings reaches
-//! the file even when the process is killed ([`MapOptions::survive_process_death`]).
+//! the file even when the process is killed ([`MapOptions::survive_process_death`](crate::MapOptions::survive_process_death)).
 //!
 //! Under the kernel a `MAP_SHARED` file mapping's writes are in the page
 //! cache, which outlives the process; umio's cache is the process's own

@@ -32,7 +32,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
     num.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
-/// A size in bytes ([`parse_size`](parse_size)'s syntax) as
+/// A size in bytes ([`parse_size`]'s syntax) as
 /// `usize`: read-ahead windows here, the `usize` settings of the
 /// environment (`env.rs`) and the preload shim's own sizes. `None` if
 /// malformed or larger than `usize`.
