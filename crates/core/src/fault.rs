@@ -38,11 +38,6 @@ impl crate::in_thread::Runtime for Shared {
     }
 }
 
-/// Writers a pool keeps asleep at the dirty limit, at most ([`Pool::parked`]).
-///
-/// [`Pool::parked`]: crate::shared::Pool
-pub(crate) const MAX_PARKED: usize = 4096;
-
 impl Shared {
     /// Resolves one fault event.
     pub(crate) fn handle_fault(&self, w: &mut Scratch, addr: usize, flags: u64) {
@@ -338,7 +333,7 @@ impl Shared {
                     let addr = region.page_addr(page);
                     let pool = self.pool_of(region);
                     let mut parked = pool.parked.lock().unwrap_or_else(|e| e.into_inner());
-                    if parked.len() < MAX_PARKED {
+                    if parked.len() < crate::shared::MAX_PARKED {
                         parked.push((addr, region.page_size));
                         drop(parked);
                         if region.pages.unlock(page, was) {

@@ -313,7 +313,7 @@ impl Shared {
         let (addr, ps) = (region.page_addr(page), region.page_size);
         let pool = self.pool_of(region);
         let mut parked = pool.parked.lock().unwrap_or_else(|e| e.into_inner());
-        if parked.len() >= crate::fault::MAX_PARKED {
+        if parked.len() >= crate::shared::MAX_PARKED {
             return false;
         }
         parked.push((addr, ps));

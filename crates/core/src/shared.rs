@@ -125,6 +125,9 @@ struct PageWaits {
     sleepers: CachePadded<AtomicU32>,
 }
 
+/// Writers a pool keeps asleep at the dirty limit, at most (`Pool::parked`).
+pub(crate) const MAX_PARKED: usize = 4096;
+
 /// A cache pool: a bound on bytes and the policy that evicts within it.
 pub(crate) struct Pool {
     pub budget: FrameBudget,
