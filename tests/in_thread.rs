@@ -449,25 +449,67 @@ fn a_sigbus_that_is_not_umio_s_reaches_the_application() {
 /// descriptors, are not its own. (The parent's mapping starts 64 KiB into
 /// the child's, so that a lookup that kept the parent's ranges would find
 /// the parent's for the child's second half.)
+///
+/// The addresses are the test's own throughout: a reservation (plain
+/// `PROT_NONE` memory, inherited by the child) holds the 64 KiB below the
+/// parent's mapping, and the child reserves the range where the parent's
+/// region was (not inherited) before it does anything else, so that
+/// nothing the child maps while its runtime starts lands there and is
+/// then replaced by the fixed mapping.
 #[test]
 fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
     if !in_child("a_fork_child_serves_its_own_mapping_where_its_parent_had_one") {
         return;
     }
+    const HOLE: usize = 64 << 10;
+    const CHILD_LEN: usize = 128 << 10;
+    const PARENT_LEN: usize = 256 << 10;
+    // SAFETY: a fresh reservation where the kernel chooses.
+    let reserved = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            HOLE + PARENT_LEN,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(reserved, libc::MAP_FAILED);
+    let addr = reserved as usize;
     let parent = in_thread(1 << 20);
+    // SAFETY: the range is the test's own reservation, which nothing uses.
+    let opts = unsafe { MapOptions::new().fixed_address(addr + HOLE) }
+        .store(Arc::new(MemoryStore::new(vec![7u8; PARENT_LEN])));
     // SAFETY: nothing but this mapping changes the store while a slice of it lives.
-    let mut map = unsafe {
-        parent.map(MapOptions::new().store(Arc::new(MemoryStore::new(vec![7u8; 256 << 10]))))
-    }
-    .unwrap();
+    let map = unsafe { parent.map(opts) }.unwrap();
+    assert_eq!(map.as_ptr() as usize, addr + HOLE);
     assert!(map.iter().all(|&b| b == 7));
-    let addr = map.as_ptr() as usize;
-    map.unmap_range(0..64 << 10).unwrap();
     // SAFETY: the child uses umio (no umio lock is held: this is the only
     // thread touching umio) and ends with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
+        // SAFETY: first of all, the range of the parent's region (not
+        // inherited: free here) becomes the test's again; nothing is
+        // replaced (MAP_FIXED_NOREPLACE).
+        let held = unsafe {
+            libc::mmap(
+                (addr + HOLE) as *mut libc::c_void,
+                PARENT_LEN,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if held as usize != addr + HOLE {
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(5) };
+        }
         // SAFETY: a deadline for the child: a hang becomes SIGALRM.
         unsafe { libc::alarm(30) };
         let code = (|| -> Result<(), i32> {
@@ -477,11 +519,10 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
                 .fault_service(FaultService::InThread)
                 .build()
                 .map_err(|_| 1)?;
-            // SAFETY: the parent's region is not mapped in this child
-            // (umio's regions are not inherited), nor is the hole before
-            // it: MAP_FIXED replaces nothing the child uses.
+            // SAFETY: [addr, addr+CHILD_LEN) is the test's reservation,
+            // which nothing uses: MAP_FIXED replaces nothing else.
             let opts = unsafe { MapOptions::new().fixed_address(addr) }
-                .store(Arc::new(MemoryStore::new(vec![9u8; 128 << 10])));
+                .store(Arc::new(MemoryStore::new(vec![9u8; CHILD_LEN])));
             // SAFETY: nothing but this mapping changes the store while a slice of it lives.
             let m = unsafe { rt.map(opts) }.map_err(|_| 2)?;
             if m.as_ptr() as usize != addr {
@@ -503,10 +544,7 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
         "the child's mapping was not served as its own: status {status:#x}"
     );
     // The parent's mapping still reads its own bytes.
-    // SAFETY: the part of `map` still mapped (it lives until the end of
-    // this test); only read.
-    let rest = unsafe { std::slice::from_raw_parts((addr + (64 << 10)) as *const u8, 192 << 10) };
-    assert!(rest.iter().all(|&b| b == 7));
+    assert!(map.iter().all(|&b| b == 7));
 }
 
 /// A memory store whose writes wait at a gate until the test opens it.
