@@ -37,7 +37,7 @@ impl Lru {
         }
     }
 
-    #[cfg(test)]
+    /// An empty policy over `n` shards (a power of two).
     pub(crate) fn with_shards(n: usize) -> Self {
         Lru {
             shards: Sharded::with_shards(n, Lists::new),

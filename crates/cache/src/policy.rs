@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::shards::Sharded;
-use crate::{Lru, Observed, PageState, TwoQ};
+use crate::{Lru, Observed, PageState, TwoQ, TwoQConfig};
 
 /// Names one page of one region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -179,6 +179,21 @@ impl PolicyKind {
         }
     }
 
+    /// Builds the policy with one shard, so that its order is exact: a
+    /// sharded policy keeps its order within each shard and takes victims
+    /// from the shards in turn, which with a few entries a shard is close
+    /// to no order at all. One shard means one lock for every insert and
+    /// touch: for a pool of few entries and rare inserts, such as the
+    /// huge-page pool's 2 MiB ranges (one insert a promotion).
+    pub fn build_unsharded(self) -> Box<dyn EvictionPolicy> {
+        match self {
+            PolicyKind::Fifo => Box::new(Fifo::with_shards(1)),
+            PolicyKind::Clock => Box::new(Clock::with_shards(1)),
+            PolicyKind::Lru => Box::new(Lru::with_shards(1)),
+            PolicyKind::TwoQ => Box::new(TwoQ::with_shards(TwoQConfig::default(), 1)),
+        }
+    }
+
     /// The policy's name: `fifo`, `clock`, `lru` or `2q` (as
     /// [`EvictionPolicy::name`] and `UMIO_EVICTION` spell it).
     pub fn name(self) -> &'static str {
@@ -260,6 +275,12 @@ impl ShardedQueues {
     fn new() -> Self {
         ShardedQueues {
             shards: Sharded::new(VecDeque::new),
+        }
+    }
+
+    fn with_shards(n: usize) -> Self {
+        ShardedQueues {
+            shards: Sharded::with_shards(n, VecDeque::new),
         }
     }
 
@@ -347,6 +368,13 @@ impl<const SECOND_CHANCE: bool> QueuePolicy<SECOND_CHANCE> {
     pub fn new() -> Self {
         QueuePolicy {
             queues: ShardedQueues::new(),
+        }
+    }
+
+    /// An empty policy over `n` shards (a power of two).
+    pub(crate) fn with_shards(n: usize) -> Self {
+        QueuePolicy {
+            queues: ShardedQueues::with_shards(n),
         }
     }
 
@@ -592,5 +620,26 @@ mod tests {
         }
         p.forget_region(1);
         assert_eq!(p.tracked(), 100);
+    }
+
+    /// A pool of a few large entries (the huge-page pool's 2 MiB ranges)
+    /// gives up victims in its policy's order, one at a time: a sharded
+    /// policy, one or two entries a shard, gives them in the order its
+    /// walk meets the shards.
+    #[test]
+    fn unsharded_policies_give_victims_in_their_exact_order() {
+        let order = [5u64, 2, 7, 0, 3];
+        for kind in PolicyKind::ALL {
+            let o = resident(8);
+            let p = kind.build_unsharded();
+            for i in order {
+                p.inserted(key(i));
+            }
+            for want in order {
+                let mut out = Vec::new();
+                p.select_victims(&o, 1, &mut out);
+                assert_eq!(out, [key(want)], "{kind}");
+            }
+        }
     }
 }

@@ -93,7 +93,7 @@ impl TwoQ {
         }
     }
 
-    #[cfg(test)]
+    /// 2Q with the given queue sizes over `n` shards (a power of two).
     pub(crate) fn with_shards(cfg: TwoQConfig, n: usize) -> Self {
         TwoQ {
             cfg,

@@ -276,8 +276,12 @@ impl Shared {
             // A writer waiting for the dirty limit is not kept waiting for
             // a long round of eviction under readers' misses.
             self.write_back_over_dirty_limit(w, pool, huge_pool);
+            // The huge-page pool's victims are whole 2 MiB ranges, a few
+            // to a pool: a batch of 16 would empty it to make room for
+            // one. Its batches take what the excess needs, at least one.
             let excess = budget.excess_over_low() / page_size as u64;
-            let batch = (excess as usize).clamp(16, MAX_BATCH);
+            let least = if huge_pool { 1 } else { 16 };
+            let batch = (excess as usize).clamp(least, MAX_BATCH);
             let over_bound = budget.used() > budget.limit();
             let freed = self.evict_batch(w, policy, batch);
             if over_bound {

@@ -230,7 +230,9 @@ impl Shared {
             if Instant::now() > deadline || region.is_closing() || self.is_shutting_down() {
                 return false;
             }
-            if self.evict_batch(w, &*pool.policy, 4) == 0 {
+            // One range makes room for one range: a larger batch would
+            // evict more of the pool than this promotion needs.
+            if self.evict_batch(w, &*pool.policy, 1) == 0 {
                 self.kick_evictors();
                 std::thread::sleep(Duration::from_micros(200));
             }

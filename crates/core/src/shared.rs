@@ -274,7 +274,9 @@ impl Shared {
                 s.policy,
             ),
             huge: s.huge_cache_bytes.map(|bytes| {
-                let policy = s.huge_policy.build();
+                // Few entries (2 MiB ranges), inserted once a promotion:
+                // one shard keeps the policy's order exact.
+                let policy = s.huge_policy.build_unsharded();
                 Pool::new(FrameBudget::new(bytes, s.high_water, s.low_water), policy)
             }),
             spin: SpinTuner::new(),
