@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umio::backends::FileStore;
-use umio::{Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store};
+use umio::{
+    Advice, Error, MapOptions, Mapping, PrefetchKind, PromoteKind, Runtime, Store, UncheckedAdvice,
+};
 
 use common::{Rng, assert_same, random_bytes, rw_file_with};
 
@@ -115,7 +117,13 @@ fn promotion_keeps_every_byte_with_writers_running() {
     });
     let st = rt.stats();
     assert!(st.promotions_done >= 4, "{st:?}");
-    assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
+    // The kernel may have had no free huge page for a range just then
+    // (ENOMEM: free memory fragmented on a busy machine); it refuses
+    // nothing else.
+    assert!(
+        st.promotions_refused == 0 || st.last_promotion_errno == libc::ENOMEM as u64,
+        "the kernel refused: {st:?}"
+    );
     assert!(m.mapping().promoted_ranges() >= 4);
     assert!(
         anon_huge_kb(m.as_ptr() as usize) >= 4 * 2048,
@@ -491,6 +499,36 @@ fn huge_page_pool_is_validated() {
 /// Promotes the 2 MiB ranges of a 32 MiB region of 4 KiB pages one after
 /// another (a fault on each range's first page, then waiting for its
 /// promotion) beside the small region.
+/// Touches byte `at` of `large` (the first of a 2 MiB range not resident,
+/// promote-always) and waits for the range's promotion. The kernel may
+/// have no huge page to give just then (`MADV_COLLAPSE` fails with ENOMEM
+/// where free memory is fragmented, as on a busy machine): then memory is
+/// compacted, the range paged out and touched again, a few times, before
+/// that counts as a failure. Any other refusal is one.
+fn promote_on_touch(rt: &Runtime, large: &Mapping, at: usize, want: u8) {
+    for attempt in 0.. {
+        let before = rt.stats();
+        assert_eq!(large.as_slice()[at], want);
+        wait("the range's promotion", || {
+            let st = rt.stats();
+            st.promotions_done > before.promotions_done
+                || st.promotions_refused > before.promotions_refused
+        });
+        let st = rt.stats();
+        if st.promotions_done > before.promotions_done {
+            return;
+        }
+        assert!(
+            st.last_promotion_errno == libc::ENOMEM as u64 && attempt < 5,
+            "the kernel refused: {st:?}"
+        );
+        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+        // SAFETY: the mapping is read-only: nothing of it is written, and
+        // no slice of it is held across the call.
+        unsafe { large.advise_shared(at..at + 2 * MIB, UncheckedAdvice::PageOut) }.unwrap();
+    }
+}
+
 fn promote_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
     // No read-ahead: its windows of small pages, read ahead of the touches
     // into the regular pool, would evict the small region there (FIFO: its
@@ -502,19 +540,11 @@ fn promote_beside_small_pages(rt: &Runtime) -> (usize, usize, umio::Stats) {
         .prefetch(PrefetchKind::None)
         .promote(PromoteKind::Always);
     beside_small_pages(rt, 32 * MIB, opts, |large, data| {
-        let s = large.as_slice();
         for chunk in 0..16 {
             let at = chunk * 2 * MIB;
-            let done = rt.stats().promotions_done;
-            assert_eq!(s[at], data[at]);
-            wait("the range's promotion", || {
-                let st = rt.stats();
-                st.promotions_done > done || st.promotions_refused > 0
-            });
-            let st = rt.stats();
-            assert_eq!(st.promotions_refused, 0, "the kernel refused: {st:?}");
+            promote_on_touch(rt, large, at, data[at]);
             assert_same(
-                &s[at..at + 2 * MIB],
+                &large.as_slice()[at..at + 2 * MIB],
                 &data[at..at + 2 * MIB],
                 &format!("promoted range {chunk}"),
             );
