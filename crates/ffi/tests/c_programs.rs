@@ -108,13 +108,32 @@ fn run(exe: &Path, tmp: &Path, env: &[(&str, &str)]) -> Output {
     out
 }
 
-/// How long a test program may run: a hang fails the test.
-const HANG: std::time::Duration = std::time::Duration::from_secs(180);
+/// A test program that has used no CPU time for this long is hung (a
+/// deadlock, a wait nothing will end), and fails the test. One that runs
+/// slowly on a busy machine, but runs, is waited for (up to [`LIMIT`]):
+/// slowness is not a failure here.
+const STALL: std::time::Duration = std::time::Duration::from_secs(180);
+/// The longest a test program may run at all, progressing or not (a
+/// program that spins for ever).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(1800);
+
+/// The CPU time process `pid` has used (its threads', not its reaped
+/// children's), in clock ticks; `None` once it is gone.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: state is field 3, utime
+    // and stime fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
 
 /// Runs `cmd` to completion and collects its output; kills it and panics
-/// if it runs longer than [`HANG`].
+/// if it stops using CPU for [`STALL`] (hung) or runs longer than
+/// [`LIMIT`].
 fn output_within(mut cmd: Command, exe: &Path) -> Output {
     use std::process::Stdio;
+    use std::time::Instant;
     let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -122,14 +141,27 @@ fn output_within(mut cmd: Command, exe: &Path) -> Output {
         .expect("the test program runs");
     let pid = child.id();
     let waiter = std::thread::spawn(move || child.wait_with_output());
-    let deadline = std::time::Instant::now() + HANG;
+    let start = Instant::now();
+    let (mut ticks, mut progressed) = (cpu_ticks(pid), start);
     while !waiter.is_finished() {
-        if std::time::Instant::now() > deadline {
+        let now = cpu_ticks(pid);
+        if now != ticks {
+            (ticks, progressed) = (now, Instant::now());
+        }
+        let hung = progressed.elapsed() > STALL;
+        if hung || start.elapsed() > LIMIT {
             // SAFETY: kill takes no pointer; `pid` is our child, not yet
             // reaped (its waiter has not returned).
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             let _ = waiter.join();
-            panic!("{} did not finish within {HANG:?}: hung", exe.display());
+            if hung {
+                panic!(
+                    "{} used no CPU for {STALL:?} ({:?} after it started): hung",
+                    exe.display(),
+                    progressed.duration_since(start)
+                );
+            }
+            panic!("{} still running after {LIMIT:?}", exe.display());
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -574,4 +606,31 @@ fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
             );
         }
     }
+}
+
+/// The hang detector's clock: a process's CPU time, which grows while it
+/// computes and stands while it sleeps.
+#[test]
+fn cpu_ticks_count_work_and_not_sleep() {
+    let me = std::process::id();
+    let t0 = cpu_ticks(me).expect("this process's CPU time");
+    let start = std::time::Instant::now();
+    let mut x = 0u64;
+    while cpu_ticks(me).unwrap() < t0 + 3 {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(600),
+            "no CPU time counted"
+        );
+    }
+    let mut sleeper = Command::new("sleep").arg("1").spawn().unwrap();
+    let pid = sleeper.id();
+    let before = cpu_ticks(pid).expect("a running child's CPU time");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        cpu_ticks(pid).unwrap_or(before) <= before + 1,
+        "sleep(1) computed"
+    );
+    sleeper.wait().unwrap();
+    assert_eq!(cpu_ticks(pid), None, "a reaped process has no CPU time");
 }
