@@ -12,8 +12,9 @@ use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use umio::backends::{IoRequest, MemoryStore};
-use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store, StoreError};
+use common::{Batches, Hooked, StoreHooks};
+use umio::backends::IoRequest;
+use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime};
 
 const PS: usize = 4096;
 const PAGES: usize = 64;
@@ -43,19 +44,24 @@ struct State {
     batches: Vec<usize>,
 }
 
+/// The hooks of a store of depth 8 whose reads of [`HELD`] wait while the
+/// hold is on, whose reads of [`PAIR`] wait for each other, and which
+/// performs a batch's requests all at once.
+#[derive(Default)]
 struct Pairing {
-    inner: MemoryStore,
     state: Mutex<State>,
     changed: Condvar,
 }
 
+type PairingStore = Hooked<Pairing>;
+
 impl Pairing {
-    fn new() -> Arc<Pairing> {
-        Arc::new(Pairing {
-            inner: MemoryStore::new((0..PAGES * PS).map(byte).collect()),
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-        })
+    fn new() -> Arc<PairingStore> {
+        Hooked::read_only(
+            (0..PAGES * PS).map(byte).collect(),
+            "pairing",
+            Pairing::default(),
+        )
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -82,14 +88,8 @@ impl Pairing {
     }
 }
 
-impl Store for Pairing {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for Pairing {
+    fn before_read(&self, offset: u64) {
         let page = offset as usize / PS;
         let mut s = self.state();
         if page == HELD {
@@ -112,37 +112,21 @@ impl Store for Pairing {
                 s = self.changed.wait_timeout(s, left).unwrap().0;
             }
         }
-        drop(s);
-        self.inner.read_at(offset, buf)
     }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        false
-    }
-    fn name(&self) -> &str {
-        "pairing"
+    fn before_submit(&self, batch: &[IoRequest<'_>]) {
+        self.state().batches.push(batch.len());
     }
     /// Every request at once, each on a thread of its own: a device that
     /// works on its whole queue.
-    fn submit(&self, batch: &mut [IoRequest<'_>]) {
-        self.state().batches.push(batch.len());
-        std::thread::scope(|sc| {
-            for req in batch.iter_mut().filter(|r| r.result().is_none()) {
-                sc.spawn(move || req.perform(self));
-            }
-        });
+    fn batches(&self) -> Batches {
+        Batches::AllAtOnce
     }
     fn queue_depth(&self) -> usize {
         8
     }
 }
 
-fn map(rt: &Runtime, store: &Arc<Pairing>) -> Mapping {
+fn map(rt: &Runtime, store: &Arc<PairingStore>) -> Mapping {
     let opts = MapOptions::new()
         .store(store.clone())
         .prefetch(PrefetchKind::None);

@@ -14,6 +14,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use umio::backends::IoRequest;
 use umio::{MapOptions, Mapping, PrefetchKind, Runtime, Store};
 
 /// xorshift64: deterministic, good enough for test data and offsets.
@@ -235,17 +236,45 @@ pub fn log_to_stderr() {
 }
 
 /// What a [`Hooked`] store does before it passes a call to its memory
-/// store: wait at a gate, log, count. Both default to nothing.
+/// store: wait at a gate, log, count; and how it performs a batch. Each
+/// defaults to nothing (and to one request after another, at depth 1).
 pub trait StoreHooks: Send + Sync + 'static {
     /// Before each read, with its offset.
     fn before_read(&self, _offset: u64) {}
+    /// Before each write, with its offset.
+    fn before_write(&self, _offset: u64) {}
     /// Before each sync.
     fn before_sync(&self) {}
+    /// Before each batch given to [`Store::submit`], with its requests.
+    fn before_submit(&self, _batch: &[IoRequest<'_>]) {}
+    /// How the store performs a batch's requests.
+    fn batches(&self) -> Batches {
+        Batches::OneByOne
+    }
+    /// The store's [`Store::queue_depth`].
+    fn queue_depth(&self) -> usize {
+        1
+    }
+}
+
+/// How a [`Hooked`] store performs the requests of a batch.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Batches {
+    /// One after another, each through the hooks (`read_at`, `write_at`):
+    /// [`Store::submit`]'s default.
+    OneByOne,
+    /// All at once, each on a thread of its own and through the hooks: a
+    /// device that works on its whole queue.
+    AllAtOnce,
+    /// One after another on the memory store, past the hooks: only
+    /// [`StoreHooks::before_submit`] sees them.
+    PastTheHooks,
 }
 
 /// A memory store that runs its hooks (the state a test watches, which
-/// it derefs to) before reads and syncs: the gated, logging and hanging
-/// stores of the tests, without each writing the store out again.
+/// it derefs to) before reads, writes, syncs and batches: the gated,
+/// logging, pairing and counting stores of the tests, without each
+/// writing the store out again.
 pub struct Hooked<H> {
     inner: umio::backends::MemoryStore,
     name: &'static str,
@@ -301,6 +330,7 @@ impl<H: StoreHooks> Store for Hooked<H> {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), umio::StoreError> {
+        self.hooks.before_write(offset);
         self.inner.write_at(offset, buf)
     }
     fn sync(&self) -> Result<(), umio::StoreError> {
@@ -312,6 +342,22 @@ impl<H: StoreHooks> Store for Hooked<H> {
     }
     fn name(&self) -> &str {
         self.name
+    }
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        self.hooks.before_submit(batch);
+        let todo = batch.iter_mut().filter(|r| r.result().is_none());
+        match self.hooks.batches() {
+            Batches::OneByOne => todo.for_each(|req| req.perform(self)),
+            Batches::AllAtOnce => std::thread::scope(|sc| {
+                for req in todo {
+                    sc.spawn(move || req.perform(self));
+                }
+            }),
+            Batches::PastTheHooks => todo.for_each(|req| req.perform(&self.inner)),
+        }
+    }
+    fn queue_depth(&self) -> usize {
+        self.hooks.queue_depth()
     }
 }
 
