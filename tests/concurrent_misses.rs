@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -218,15 +217,16 @@ fn runtime_of(service: FaultService, fillers: usize, cache_bytes: u64) -> Runtim
 
 #[test]
 fn misses_queued_behind_a_read_reach_the_store_together() {
-    if std::env::var_os("UMIO_MISSES_CHILD").is_some() {
-        // In-thread: each thread reads its own page.
-        pair_in_flight(runtime(FaultService::InThread, 2), |_, _, _| {});
-        return;
-    }
-    // Two fillers, one store slot per region: the held read takes it,
-    // the other two misses are queued on the region.
-    pair_in_flight(runtime(FaultService::Fillers, 2), two_queued);
-    in_child("misses_queued_behind_a_read_reach_the_store_together");
+    both_services(
+        "misses_queued_behind_a_read_reach_the_store_together",
+        |service| match service {
+            // In-thread: each thread reads its own page.
+            FaultService::InThread => pair_in_flight(runtime(service, 2), |_, _, _| {}),
+            // Two fillers, one store slot per region: the held read takes
+            // it, the other two misses are queued on the region.
+            _ => pair_in_flight(runtime(service, 2), two_queued),
+        },
+    );
 }
 
 /// Waits until two fills are queued on the region.
@@ -262,26 +262,10 @@ fn misses_read_as_one_event_read_reach_the_store_together() {
     });
 }
 
-/// Runs test `name` alone in a child process with `UMIO_MISSES_CHILD`
-/// set (its in-thread half), with a deadline that only catches a hang.
-fn in_child(name: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_MISSES_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child of {name} still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child of {name}: {st:?}");
+/// Runs `body` here for the fillers; for the in-thread service, in a
+/// child process running test `name` alone with `UMIO_MISSES_CHILD` set.
+fn both_services(name: &str, body: impl FnOnce(FaultService)) {
+    common::both_services(name, "UMIO_MISSES_CHILD", body);
 }
 
 /// Threads that miss at once over a file (the default store: `O_DIRECT`
@@ -368,10 +352,8 @@ fn many_threads_read_and_write_a_file(service: FaultService) {
 
 #[test]
 fn many_threads_missing_at_once_read_and_write_the_right_bytes() {
-    if std::env::var_os("UMIO_MISSES_CHILD").is_some() {
-        many_threads_read_and_write_a_file(FaultService::InThread);
-        return;
-    }
-    many_threads_read_and_write_a_file(FaultService::Fillers);
-    in_child("many_threads_missing_at_once_read_and_write_the_right_bytes");
+    both_services(
+        "many_threads_missing_at_once_read_and_write_the_right_bytes",
+        many_threads_read_and_write_a_file,
+    );
 }

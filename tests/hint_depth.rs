@@ -12,7 +12,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -201,28 +200,7 @@ fn page_ranges(pages: &[usize]) -> Vec<Range<usize>> {
 /// Runs `body` here for the fillers; for the in-thread service, in a
 /// child process running test `name` alone.
 fn both_services(name: &str, body: fn(FaultService)) {
-    if std::env::var_os("UMIO_HINT_CHILD").is_some() {
-        body(FaultService::InThread);
-        return;
-    }
-    body(FaultService::Fillers);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_HINT_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child of {name} still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child of {name}: {st:?}");
+    common::both_services(name, "UMIO_HINT_CHILD", body);
 }
 
 /// Asks for `pages` on every miss (at most `FetchList::CAPACITY`).

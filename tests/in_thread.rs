@@ -9,7 +9,6 @@ mod common;
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -29,42 +28,26 @@ fn in_thread(cache_bytes: u64) -> Runtime {
     rt
 }
 
+/// What marks the child process of a test.
+const CHILD: &str = "UMIO_IN_THREAD_CHILD";
+/// How long a child may run: a hang detector.
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Runs test `name` of this binary in a child process with
 /// `UMIO_IN_THREAD_CHILD=1`, killed after 60 s; returns its status.
 fn run_child(name: &str) -> std::process::ExitStatus {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_IN_THREAD_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child {name} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::run_test_in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 fn is_child() -> bool {
-    std::env::var_os("UMIO_IN_THREAD_CHILD").is_some()
+    std::env::var_os(CHILD).is_some()
 }
 
 /// Whether test `name` runs here: in its child process, yes; in the
 /// parent, it runs the child (`run_child`), asserts that it succeeded, and
 /// no.
 fn in_child(name: &str) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if is_child() {
-        return true;
-    }
-    let st = run_child(name);
-    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
-    false
+    common::in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 #[test]

@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use common::{Batches, Hooked, StoreHooks};
 use umio::backends::IoRequest;
@@ -102,27 +100,9 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
 
 #[test]
 fn dirty_pages_leave_in_batches_of_several_writes() {
-    if std::env::var_os("UMIO_WB_CHILD").is_some() {
-        dirty_pages_leave_in_batches(FaultService::InThread);
-        return;
-    }
-    dirty_pages_leave_in_batches(FaultService::Fillers);
-    let name = "dirty_pages_leave_in_batches_of_several_writes";
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_WB_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child: {st:?}");
+    common::both_services(
+        "dirty_pages_leave_in_batches_of_several_writes",
+        "UMIO_WB_CHILD",
+        dirty_pages_leave_in_batches,
+    );
 }

@@ -11,11 +11,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umio::backends::IoRequest;
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime, Store};
+use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store};
 
 /// xorshift64: deterministic, good enough for test data and offsets.
 pub struct Rng(u64);
@@ -181,6 +182,71 @@ pub fn eventually(what: &str, poll: Duration, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(poll);
     }
+}
+
+/// Runs test `name` of this binary alone in a child process with `var=1`
+/// in its environment, killed after `deadline` (a hang detector, generous
+/// for a loaded machine); returns its exit status.
+pub fn run_test_in_child(name: &str, var: &str, deadline: Duration) -> ExitStatus {
+    run_test_in_child_with(name, var, deadline, Stdio::inherit())
+}
+
+/// [`run_test_in_child`], the child's standard error going to `stderr`.
+pub fn run_test_in_child_with(
+    name: &str,
+    var: &str,
+    deadline: Duration,
+    stderr: Stdio,
+) -> ExitStatus {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, "1")
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child {name} still running after {deadline:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether test `name` runs here: in its child process (`var` set), yes;
+/// in the parent, it runs the child ([`run_test_in_child`]), asserts that
+/// it succeeded, and no.
+#[track_caller]
+pub fn in_child(name: &str, var: &str, deadline: Duration) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os(var).is_some() {
+        return true;
+    }
+    let st = run_test_in_child(name, var, deadline);
+    assert!(
+        st.success(),
+        "child {name}: {st:?} (signal {:?})",
+        st.signal()
+    );
+    false
+}
+
+/// Runs `body` with each fault service: here with the fillers; with the
+/// in-thread service (which installs a SIGBUS handler) in a child process
+/// running test `name` alone with `var` set, killed after 300 s: a hang.
+#[track_caller]
+pub fn both_services(name: &str, var: &str, body: impl FnOnce(FaultService)) {
+    if std::env::var_os(var).is_some() {
+        body(FaultService::InThread);
+        return;
+    }
+    body(FaultService::Fillers);
+    in_child(name, var, Duration::from_secs(300));
 }
 
 /// Repeats `op(done)` (a `read(2)` or `write(2)` of the rest after `done`
