@@ -126,11 +126,7 @@ impl StoreHooks for Pairing {
 }
 
 fn map(rt: &Runtime, store: &Arc<PairingStore>) -> Mapping {
-    let opts = MapOptions::new()
-        .store(store.clone())
-        .prefetch(PrefetchKind::None);
-    // SAFETY: nothing else reaches the store.
-    unsafe { rt.map(opts) }.unwrap()
+    common::map_store(rt, store, false, PrefetchKind::None)
 }
 
 /// Touches page `page` on a thread of its own, which sends its thread id

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use common::{Batches, Hooked, StoreHooks};
 use umio::backends::IoRequest;
-use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store};
+use umio::{FaultService, PrefetchKind, Runtime, Store};
 
 const PS: usize = 4096;
 const PAGES: usize = 2048;
@@ -57,16 +57,7 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
         .fault_service(service)
         .build()
         .unwrap();
-    // SAFETY: nothing else reaches the store.
-    let m = unsafe {
-        rt.map(
-            MapOptions::new()
-                .store(store.clone())
-                .writable(true)
-                .prefetch(PrefetchKind::None),
-        )
-    }
-    .unwrap();
+    let m = common::map_store(&rt, &store, true, PrefetchKind::None);
     let base = m.as_ptr();
     // Every other page, four times the cache: the evictors write dirty
     // victims back (no two adjacent: a write each).
