@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use umio::backends::{IoRequest, MemoryStore};
-use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store, StoreError};
+use common::{Batches, Hooked, StoreHooks};
+use umio::backends::IoRequest;
+use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime};
 
 const PS: usize = 4096;
 const PAGES: usize = 64;
@@ -43,19 +43,24 @@ struct State {
     batches: Vec<usize>,
 }
 
+/// The hooks of a store of depth 8 whose reads of [`HELD`] wait while the
+/// hold is on, whose reads of [`PAIR`] wait for each other, and which
+/// performs a batch's requests all at once.
+#[derive(Default)]
 struct Pairing {
-    inner: MemoryStore,
     state: Mutex<State>,
     changed: Condvar,
 }
 
+type PairingStore = Hooked<Pairing>;
+
 impl Pairing {
-    fn new() -> Arc<Pairing> {
-        Arc::new(Pairing {
-            inner: MemoryStore::new((0..PAGES * PS).map(byte).collect()),
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-        })
+    fn new() -> Arc<PairingStore> {
+        Hooked::read_only(
+            (0..PAGES * PS).map(byte).collect(),
+            "pairing",
+            Pairing::default(),
+        )
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -82,14 +87,8 @@ impl Pairing {
     }
 }
 
-impl Store for Pairing {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for Pairing {
+    fn before_read(&self, offset: u64) {
         let page = offset as usize / PS;
         let mut s = self.state();
         if page == HELD {
@@ -112,42 +111,22 @@ impl Store for Pairing {
                 s = self.changed.wait_timeout(s, left).unwrap().0;
             }
         }
-        drop(s);
-        self.inner.read_at(offset, buf)
     }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        false
-    }
-    fn name(&self) -> &str {
-        "pairing"
+    fn before_submit(&self, batch: &[IoRequest<'_>]) {
+        self.state().batches.push(batch.len());
     }
     /// Every request at once, each on a thread of its own: a device that
     /// works on its whole queue.
-    fn submit(&self, batch: &mut [IoRequest<'_>]) {
-        self.state().batches.push(batch.len());
-        std::thread::scope(|sc| {
-            for req in batch.iter_mut().filter(|r| r.result().is_none()) {
-                sc.spawn(move || req.perform(self));
-            }
-        });
+    fn batches(&self) -> Batches {
+        Batches::AllAtOnce
     }
     fn queue_depth(&self) -> usize {
         8
     }
 }
 
-fn map(rt: &Runtime, store: &Arc<Pairing>) -> Mapping {
-    let opts = MapOptions::new()
-        .store(store.clone())
-        .prefetch(PrefetchKind::None);
-    // SAFETY: nothing else reaches the store.
-    unsafe { rt.map(opts) }.unwrap()
+fn map(rt: &Runtime, store: &Arc<PairingStore>) -> Mapping {
+    common::map_store(rt, store, false, PrefetchKind::None)
 }
 
 /// Touches page `page` on a thread of its own, which sends its thread id
@@ -234,15 +213,16 @@ fn runtime_of(service: FaultService, fillers: usize, cache_bytes: u64) -> Runtim
 
 #[test]
 fn misses_queued_behind_a_read_reach_the_store_together() {
-    if std::env::var_os("UMIO_MISSES_CHILD").is_some() {
-        // In-thread: each thread reads its own page.
-        pair_in_flight(runtime(FaultService::InThread, 2), |_, _, _| {});
-        return;
-    }
-    // Two fillers, one store slot per region: the held read takes it,
-    // the other two misses are queued on the region.
-    pair_in_flight(runtime(FaultService::Fillers, 2), two_queued);
-    in_child("misses_queued_behind_a_read_reach_the_store_together");
+    both_services(
+        "misses_queued_behind_a_read_reach_the_store_together",
+        |service| match service {
+            // In-thread: each thread reads its own page.
+            FaultService::InThread => pair_in_flight(runtime(service, 2), |_, _, _| {}),
+            // Two fillers, one store slot per region: the held read takes
+            // it, the other two misses are queued on the region.
+            _ => pair_in_flight(runtime(service, 2), two_queued),
+        },
+    );
 }
 
 /// Waits until two fills are queued on the region.
@@ -278,26 +258,10 @@ fn misses_read_as_one_event_read_reach_the_store_together() {
     });
 }
 
-/// Runs test `name` alone in a child process with `UMIO_MISSES_CHILD`
-/// set (its in-thread half), with a deadline that only catches a hang.
-fn in_child(name: &str) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_MISSES_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child of {name} still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child of {name}: {st:?}");
+/// Runs `body` here for the fillers; for the in-thread service, in a
+/// child process running test `name` alone with `UMIO_MISSES_CHILD` set.
+fn both_services(name: &str, body: impl FnOnce(FaultService)) {
+    common::both_services(name, "UMIO_MISSES_CHILD", body);
 }
 
 /// Threads that miss at once over a file (the default store: `O_DIRECT`
@@ -384,10 +348,8 @@ fn many_threads_read_and_write_a_file(service: FaultService) {
 
 #[test]
 fn many_threads_missing_at_once_read_and_write_the_right_bytes() {
-    if std::env::var_os("UMIO_MISSES_CHILD").is_some() {
-        many_threads_read_and_write_a_file(FaultService::InThread);
-        return;
-    }
-    many_threads_read_and_write_a_file(FaultService::Fillers);
-    in_child("many_threads_missing_at_once_read_and_write_the_right_bytes");
+    both_services(
+        "many_threads_missing_at_once_read_and_write_the_right_bytes",
+        many_threads_read_and_write_a_file,
+    );
 }

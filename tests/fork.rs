@@ -9,10 +9,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use umio::backends::MemoryStore;
 use umio::cache::{EvictionPolicy, PageKey, PageOracle, PolicyKind, Touch};
@@ -22,28 +21,7 @@ use umio::{Advice, FaultService, MapOptions, Mapping, PrefetchKind, Runtime};
 /// parent, it runs this binary on the one test with `UMIO_FORK_CHILD` set,
 /// kills it after `deadline`, asserts that it succeeded, and no.
 fn in_child(name: &str, deadline: Duration) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if std::env::var_os("UMIO_FORK_CHILD").is_some() {
-        return true;
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_FORK_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + deadline;
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            panic!("child {name} still running after {deadline:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
-    false
+    common::in_child(name, "UMIO_FORK_CHILD", deadline)
 }
 
 /// Forks; the child runs `body` under `alarm(deadline_s)` and exits with

@@ -12,14 +12,14 @@ mod common;
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use umio::backends::{IoRequest, MemoryStore};
+use common::{Batches, Hooked, StoreHooks};
+use umio::backends::IoRequest;
 use umio::{
     Advice, Fault, FaultKind, FaultService, FetchList, MapOptions, Mapping, PrefetchKind,
-    Prefetcher, Runtime, Store, StoreError,
+    Prefetcher, Runtime,
 };
 
 const PS: usize = 4096;
@@ -30,14 +30,16 @@ fn byte(i: usize) -> u8 {
     (i / PS) as u8 ^ (i as u8).wrapping_mul(7)
 }
 
-/// A store of depth [`DEPTH`] that records each batch submitted, each
-/// single read, the reads of each page, and whose batches wait while its
-/// gate is closed.
+/// The hooks of a store of depth [`DEPTH`] that records each batch
+/// submitted, each single read, the reads of each page, and whose batches
+/// wait while its gate is closed (then read past the hooks).
+#[derive(Default)]
 struct Recording {
-    inner: MemoryStore,
     log: Mutex<Log>,
     changed: Condvar,
 }
+
+type RecordingStore = Hooked<Recording>;
 
 #[derive(Default)]
 struct Log {
@@ -56,12 +58,12 @@ struct Log {
 }
 
 impl Recording {
-    fn new(pages: usize) -> Arc<Recording> {
-        Arc::new(Recording {
-            inner: MemoryStore::new((0..pages * PS).map(byte).collect()),
-            log: Mutex::new(Log::default()),
-            changed: Condvar::new(),
-        })
+    fn new(pages: usize) -> Arc<RecordingStore> {
+        Hooked::read_only(
+            (0..pages * PS).map(byte).collect(),
+            "recording",
+            Recording::default(),
+        )
     }
 
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
@@ -101,35 +103,16 @@ impl Recording {
     }
 }
 
-impl Store for Recording {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+impl StoreHooks for Recording {
+    fn before_read(&self, offset: u64) {
         {
             let mut log = self.log();
             log.single += 1;
             *log.per_page.entry(offset as usize / PS).or_default() += 1;
         }
         self.changed.notify_all();
-        self.inner.read_at(offset, buf)
     }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        false
-    }
-    fn name(&self) -> &str {
-        "recording"
-    }
-    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+    fn before_submit(&self, batch: &[IoRequest<'_>]) {
         {
             let mut log = self.log();
             log.waiting += 1;
@@ -149,9 +132,11 @@ impl Store for Recording {
             }
         }
         self.changed.notify_all();
-        for req in batch.iter_mut() {
-            req.perform(&self.inner);
-        }
+    }
+    /// A batch's reads are not `read_at` calls of their own: past the
+    /// hooks, counted by `before_submit` alone.
+    fn batches(&self) -> Batches {
+        Batches::PastTheHooks
     }
     fn queue_depth(&self) -> usize {
         DEPTH
@@ -177,7 +162,11 @@ fn runtime(service: FaultService, cache_bytes: u64) -> Runtime {
         .unwrap()
 }
 
-fn map(rt: &Runtime, store: &Arc<Recording>, prefetcher: Option<Arc<dyn Prefetcher>>) -> Mapping {
+fn map(
+    rt: &Runtime,
+    store: &Arc<RecordingStore>,
+    prefetcher: Option<Arc<dyn Prefetcher>>,
+) -> Mapping {
     let mut opts = MapOptions::new()
         .store(store.clone())
         .prefetch(PrefetchKind::None);
@@ -211,28 +200,7 @@ fn page_ranges(pages: &[usize]) -> Vec<Range<usize>> {
 /// Runs `body` here for the fillers; for the in-thread service, in a
 /// child process running test `name` alone.
 fn both_services(name: &str, body: fn(FaultService)) {
-    if std::env::var_os("UMIO_HINT_CHILD").is_some() {
-        body(FaultService::InThread);
-        return;
-    }
-    body(FaultService::Fillers);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_HINT_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child of {name} still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child of {name}: {st:?}");
+    common::both_services(name, "UMIO_HINT_CHILD", body);
 }
 
 /// Asks for `pages` on every miss (at most `FetchList::CAPACITY`).

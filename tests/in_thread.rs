@@ -9,14 +9,13 @@ mod common;
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Rng, assert_same, file_with, random_bytes, rw_file_with};
+use common::{Gate, Hooked, Rng, StoreHooks, assert_same, file_with, random_bytes, rw_file_with};
 use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
-use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store, StoreError};
+use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store};
 
 fn in_thread(cache_bytes: u64) -> Runtime {
     let rt = Runtime::builder()
@@ -29,42 +28,26 @@ fn in_thread(cache_bytes: u64) -> Runtime {
     rt
 }
 
+/// What marks the child process of a test.
+const CHILD: &str = "UMIO_IN_THREAD_CHILD";
+/// How long a child may run: a hang detector.
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Runs test `name` of this binary in a child process with
 /// `UMIO_IN_THREAD_CHILD=1`, killed after 60 s; returns its status.
 fn run_child(name: &str) -> std::process::ExitStatus {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_IN_THREAD_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child {name} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::run_test_in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 fn is_child() -> bool {
-    std::env::var_os("UMIO_IN_THREAD_CHILD").is_some()
+    std::env::var_os(CHILD).is_some()
 }
 
 /// Whether test `name` runs here: in its child process, yes; in the
 /// parent, it runs the child (`run_child`), asserts that it succeeded, and
 /// no.
 fn in_child(name: &str) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if is_child() {
-        return true;
-    }
-    let st = run_child(name);
-    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
-    false
+    common::in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 #[test]
@@ -547,59 +530,16 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
     assert!(map.iter().all(|&b| b == 7));
 }
 
-/// A memory store whose writes wait at a gate until the test opens it.
+/// The hooks of a memory store whose writes wait at a gate while the
+/// test keeps it closed.
+#[derive(Default)]
 struct GatedWrites {
-    inner: MemoryStore,
-    /// (open, writes waiting)
-    gate: Mutex<(bool, usize)>,
-    changed: Condvar,
+    writes: Gate,
 }
 
-impl GatedWrites {
-    fn new(inner: MemoryStore) -> GatedWrites {
-        GatedWrites {
-            inner,
-            gate: Mutex::new((false, 0)),
-            changed: Condvar::new(),
-        }
-    }
-
-    fn wait_for_a_writer(&self) {
-        let g = self.gate.lock().unwrap();
-        drop(self.changed.wait_while(g, |g| g.1 == 0).unwrap());
-    }
-
-    fn open(&self) {
-        self.gate.lock().unwrap().0 = true;
-        self.changed.notify_all();
-    }
-}
-
-impl Store for GatedWrites {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        let mut g = self.gate.lock().unwrap();
-        g.1 += 1;
-        self.changed.notify_all();
-        drop(self.changed.wait_while(g, |g| !g.0).unwrap());
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "gated writes"
+impl StoreHooks for GatedWrites {
+    fn before_write(&self, _offset: u64) {
+        self.writes.pass();
     }
 }
 
@@ -629,7 +569,12 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
         .fault_service(FaultService::InThread)
         .build()
         .unwrap();
-    let store_a = Arc::new(GatedWrites::new(MemoryStore::new(vec![1u8; PAGES * 4096])));
+    let store_a = Hooked::new(
+        vec![1u8; PAGES * 4096],
+        "gated writes",
+        GatedWrites::default(),
+    );
+    store_a.writes.close();
     let store_a_dyn: Arc<dyn Store> = store_a.clone();
     // SAFETY: nothing but this mapping changes the store while a slice of it lives.
     let mut a = unsafe {
@@ -668,7 +613,10 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
     // The unmap of A starts: A is closed to new work (its pages can no
     // longer be evicted), and its write-back waits at the gate.
     let unmap = std::thread::spawn(move || a.unmap());
-    store_a.wait_for_a_writer();
+    assert!(
+        store_a.writes.wait_for_caller(CHILD_DEADLINE),
+        "the unmap's write-back never reached the store"
+    );
     // A reader of B misses and waits for cache space in its handler.
     let reclaims = rt.stats().direct_reclaims;
     let (tx, rx) = mpsc::channel();
@@ -685,7 +633,7 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // The unmap goes on, and frees A's pages: the reader gets its byte.
-    store_a.open();
+    store_a.writes.open();
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(v) => assert_eq!(v, 2),
         Err(_) => {

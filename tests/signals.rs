@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,47 +19,30 @@ use common::{Hooked, StoreHooks, assert_same, random_bytes};
 use umio::backends::{FaultTrigger, FaultyStore, MemoryStore};
 use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store, StoreError};
 
+/// What marks the child process of a test.
+const CHILD: &str = "UMIO_SIGNALS_CHILD";
+/// How long a child may run: a hang detector.
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+
 fn is_child() -> bool {
-    std::env::var_os("UMIO_SIGNALS_CHILD").is_some()
+    std::env::var_os(CHILD).is_some()
 }
 
 /// Runs test `name` of this binary in a child process, killed after
 /// 300 s; returns its status.
 fn run_child(name: &str) -> ExitStatus {
-    run_child_with(name, std::process::Stdio::inherit())
+    common::run_test_in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 /// [`run_child`], the child's standard error going to `stderr`.
 fn run_child_with(name: &str, stderr: std::process::Stdio) -> ExitStatus {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_SIGNALS_CHILD", "1")
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child {name} still running after 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::run_test_in_child_with(name, CHILD, CHILD_DEADLINE, stderr)
 }
 
 /// Whether test `name` runs here: in its child process, yes; in the
 /// parent, it runs the child, asserts that it succeeded, and no.
 fn in_child(name: &str) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if is_child() {
-        return true;
-    }
-    let st = run_child(name);
-    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
-    false
+    common::in_child(name, CHILD, CHILD_DEADLINE)
 }
 
 /// In the parent: runs test `name` in its child and asserts that SIGBUS

@@ -20,9 +20,8 @@ mod common;
 
 use common::{Gate, Hooked, StoreHooks};
 
-use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use umio::backends::MemoryStore;
 use umio::{Error, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store};
@@ -35,40 +34,16 @@ const DEADLINE: Duration = Duration::from_secs(180);
 /// bounds the wait of the fixed code, which never gets there.
 const LET_IT_RUN: Duration = Duration::from_secs(5);
 
-/// Runs test `name` of this binary in a child process with
-/// `UMIO_UNMAP_RACES_CHILD=1`, killed after [`DEADLINE`]; returns its
-/// status.
-fn run_child(name: &str) -> std::process::ExitStatus {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_UNMAP_RACES_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("child {name} still running after {DEADLINE:?}: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether test `name` runs here: in its child process, yes; in the
-/// parent, it runs the child, asserts that it succeeded, and no.
+/// Whether test `name` runs here: in its child process (with
+/// `UMIO_UNMAP_RACES_CHILD=1`, killed after [`DEADLINE`]), yes, logging
+/// umio's warnings; in the parent, it runs the child, asserts that it
+/// succeeded, and no.
 fn in_child(name: &str) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if std::env::var_os("UMIO_UNMAP_RACES_CHILD").is_some() {
+    let here = common::in_child(name, "UMIO_UNMAP_RACES_CHILD", DEADLINE);
+    if here {
         common::log_to_stderr();
-        return true;
     }
-    let st = run_child(name);
-    assert!(st.success(), "child: {st:?} (signal {:?})", st.signal());
-    false
+    here
 }
 
 /// A memory store whose reads and syncs wait at gates.

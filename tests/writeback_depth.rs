@@ -6,55 +6,35 @@
 
 mod common;
 
-use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
-use umio::backends::{IoRequest, MemoryStore};
-use umio::{FaultService, MapOptions, PrefetchKind, Runtime, Store, StoreError};
+use common::{Batches, Hooked, StoreHooks};
+use umio::backends::IoRequest;
+use umio::{FaultService, PrefetchKind, Runtime, Store};
 
 const PS: usize = 4096;
 const PAGES: usize = 2048;
 const DEPTH: usize = 8;
 
-/// A memory store of depth [`DEPTH`] that records how many writes each
-/// batch holds.
+/// The hooks of a memory store of depth [`DEPTH`] that records how many
+/// writes each batch holds (a write of its own: a batch of one).
+#[derive(Default)]
 struct Recording {
-    inner: MemoryStore,
     write_batches: Mutex<Vec<usize>>,
 }
 
-impl Store for Recording {
-    fn len(&self) -> Result<u64, StoreError> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<(), StoreError> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+impl StoreHooks for Recording {
+    fn before_write(&self, _offset: u64) {
         self.write_batches.lock().unwrap().push(1);
-        self.inner.write_at(offset, buf)
     }
-    fn sync(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn is_writable(&self) -> bool {
-        true
-    }
-    fn name(&self) -> &str {
-        "recording"
-    }
-    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+    fn before_submit(&self, batch: &[IoRequest<'_>]) {
         let writes = batch.iter().filter(|r| r.is_write()).count();
         if writes > 0 {
             self.write_batches.lock().unwrap().push(writes);
         }
-        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
-            req.perform(&self.inner);
-        }
+    }
+    fn batches(&self) -> Batches {
+        Batches::PastTheHooks
     }
     fn queue_depth(&self) -> usize {
         DEPTH
@@ -69,10 +49,7 @@ fn most_writes(store: &Recording) -> usize {
 }
 
 fn dirty_pages_leave_in_batches(service: FaultService) {
-    let store = Arc::new(Recording {
-        inner: MemoryStore::new(vec![0; PAGES * PS]),
-        write_batches: Mutex::new(Vec::new()),
-    });
+    let store = Hooked::new(vec![0; PAGES * PS], "recording", Recording::default());
     let rt = Runtime::builder()
         .cache_bytes(1 << 20)
         .page_size(PS)
@@ -80,16 +57,7 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
         .fault_service(service)
         .build()
         .unwrap();
-    // SAFETY: nothing else reaches the store.
-    let m = unsafe {
-        rt.map(
-            MapOptions::new()
-                .store(store.clone())
-                .writable(true)
-                .prefetch(PrefetchKind::None),
-        )
-    }
-    .unwrap();
+    let m = common::map_store(&rt, &store, true, PrefetchKind::None);
     let base = m.as_ptr();
     // Every other page, four times the cache: the evictors write dirty
     // victims back (no two adjacent: a write each).
@@ -106,7 +74,7 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
     let flushing = most_writes(&store);
     for (p, &v) in want.iter().enumerate() {
         let mut b = [0u8; 1];
-        store.inner.read_at((p * PS + 7) as u64, &mut b).unwrap();
+        store.memory().read_at((p * PS + 7) as u64, &mut b).unwrap();
         assert_eq!(b[0], v, "page {p} in the store after flush");
     }
     assert!(
@@ -123,27 +91,9 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
 
 #[test]
 fn dirty_pages_leave_in_batches_of_several_writes() {
-    if std::env::var_os("UMIO_WB_CHILD").is_some() {
-        dirty_pages_leave_in_batches(FaultService::InThread);
-        return;
-    }
-    dirty_pages_leave_in_batches(FaultService::Fillers);
-    let name = "dirty_pages_leave_in_batches_of_several_writes";
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("UMIO_WB_CHILD", "1")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("in-thread child still running after 300 s: hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(st.success(), "in-thread child: {st:?}");
+    common::both_services(
+        "dirty_pages_leave_in_batches_of_several_writes",
+        "UMIO_WB_CHILD",
+        dirty_pages_leave_in_batches,
+    );
 }

@@ -11,10 +11,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use umio::{MapOptions, Mapping, PrefetchKind, Runtime, Store};
+use umio::backends::IoRequest;
+use umio::{FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store};
 
 /// xorshift64: deterministic, good enough for test data and offsets.
 pub struct Rng(u64);
@@ -182,6 +184,71 @@ pub fn eventually(what: &str, poll: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Runs test `name` of this binary alone in a child process with `var=1`
+/// in its environment, killed after `deadline` (a hang detector, generous
+/// for a loaded machine); returns its exit status.
+pub fn run_test_in_child(name: &str, var: &str, deadline: Duration) -> ExitStatus {
+    run_test_in_child_with(name, var, deadline, Stdio::inherit())
+}
+
+/// [`run_test_in_child`], the child's standard error going to `stderr`.
+pub fn run_test_in_child_with(
+    name: &str,
+    var: &str,
+    deadline: Duration,
+    stderr: Stdio,
+) -> ExitStatus {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, "1")
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child {name} still running after {deadline:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether test `name` runs here: in its child process (`var` set), yes;
+/// in the parent, it runs the child ([`run_test_in_child`]), asserts that
+/// it succeeded, and no.
+#[track_caller]
+pub fn in_child(name: &str, var: &str, deadline: Duration) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os(var).is_some() {
+        return true;
+    }
+    let st = run_test_in_child(name, var, deadline);
+    assert!(
+        st.success(),
+        "child {name}: {st:?} (signal {:?})",
+        st.signal()
+    );
+    false
+}
+
+/// Runs `body` with each fault service: here with the fillers; with the
+/// in-thread service (which installs a SIGBUS handler) in a child process
+/// running test `name` alone with `var` set, killed after 300 s: a hang.
+#[track_caller]
+pub fn both_services(name: &str, var: &str, body: impl FnOnce(FaultService)) {
+    if std::env::var_os(var).is_some() {
+        body(FaultService::InThread);
+        return;
+    }
+    body(FaultService::Fillers);
+    in_child(name, var, Duration::from_secs(300));
+}
+
 /// Repeats `op(done)` (a `read(2)` or `write(2)` of the rest after `done`
 /// bytes) until `len` bytes are through; panics with `what` and the OS error
 /// if a call returns 0 or less.
@@ -235,17 +302,45 @@ pub fn log_to_stderr() {
 }
 
 /// What a [`Hooked`] store does before it passes a call to its memory
-/// store: wait at a gate, log, count. Both default to nothing.
+/// store: wait at a gate, log, count; and how it performs a batch. Each
+/// defaults to nothing (and to one request after another, at depth 1).
 pub trait StoreHooks: Send + Sync + 'static {
     /// Before each read, with its offset.
     fn before_read(&self, _offset: u64) {}
+    /// Before each write, with its offset.
+    fn before_write(&self, _offset: u64) {}
     /// Before each sync.
     fn before_sync(&self) {}
+    /// Before each batch given to [`Store::submit`], with its requests.
+    fn before_submit(&self, _batch: &[IoRequest<'_>]) {}
+    /// How the store performs a batch's requests.
+    fn batches(&self) -> Batches {
+        Batches::OneByOne
+    }
+    /// The store's [`Store::queue_depth`].
+    fn queue_depth(&self) -> usize {
+        1
+    }
+}
+
+/// How a [`Hooked`] store performs the requests of a batch.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Batches {
+    /// One after another, each through the hooks (`read_at`, `write_at`):
+    /// [`Store::submit`]'s default.
+    OneByOne,
+    /// All at once, each on a thread of its own and through the hooks: a
+    /// device that works on its whole queue.
+    AllAtOnce,
+    /// One after another on the memory store, past the hooks: only
+    /// [`StoreHooks::before_submit`] sees them.
+    PastTheHooks,
 }
 
 /// A memory store that runs its hooks (the state a test watches, which
-/// it derefs to) before reads and syncs: the gated, logging and hanging
-/// stores of the tests, without each writing the store out again.
+/// it derefs to) before reads, writes, syncs and batches: the gated,
+/// logging, pairing and counting stores of the tests, without each
+/// writing the store out again.
 pub struct Hooked<H> {
     inner: umio::backends::MemoryStore,
     name: &'static str,
@@ -301,6 +396,7 @@ impl<H: StoreHooks> Store for Hooked<H> {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), umio::StoreError> {
+        self.hooks.before_write(offset);
         self.inner.write_at(offset, buf)
     }
     fn sync(&self) -> Result<(), umio::StoreError> {
@@ -312,6 +408,22 @@ impl<H: StoreHooks> Store for Hooked<H> {
     }
     fn name(&self) -> &str {
         self.name
+    }
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        self.hooks.before_submit(batch);
+        let todo = batch.iter_mut().filter(|r| r.result().is_none());
+        match self.hooks.batches() {
+            Batches::OneByOne => todo.for_each(|req| req.perform(self)),
+            Batches::AllAtOnce => std::thread::scope(|sc| {
+                for req in todo {
+                    sc.spawn(move || req.perform(self));
+                }
+            }),
+            Batches::PastTheHooks => todo.for_each(|req| req.perform(&self.inner)),
+        }
+    }
+    fn queue_depth(&self) -> usize {
+        self.hooks.queue_depth()
     }
 }
 

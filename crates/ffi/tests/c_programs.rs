@@ -484,23 +484,11 @@ fn quickstart_links_statically() {
 /// open any more), as with `mmap`'s `MAP_SHARED`, in both fault services.
 #[test]
 fn writes_reach_the_file_when_the_process_is_killed_with_survive_process_death() {
-    const LEN: usize = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(&test_c("exit_writeback"), dir.path(), Build::Plain);
     for service in ["fillers", "in-thread"] {
         let path = dir.path().join(format!("{service}-killed.bin"));
-        std::fs::write(&path, vec![0u8; LEN]).unwrap();
-        let mut cmd = Command::new(&exe);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.arg(&path)
-            .arg("killed")
-            .env("UMAP_BUFSIZE", "1024")
-            .env("UMIO_FAULT_SERVICE", service);
-        let out = output_within(cmd, &exe);
+        let out = run_exit_writeback(&exe, &path, "killed", service);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         use std::os::unix::process::ExitStatusExt;
@@ -518,14 +506,7 @@ fn writes_reach_the_file_when_the_process_is_killed_with_survive_process_death()
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let data = std::fs::read(&path).unwrap();
-        let lost = (0..LEN)
-            .filter(|&i| data[i] != exit_writeback_byte(i as u64))
-            .count();
-        assert_eq!(
-            lost, 0,
-            "{service}: {lost} of {LEN} bytes did not reach the file"
-        );
+        assert_exit_writeback_bytes(&path, service);
     }
 }
 
@@ -542,6 +523,45 @@ fn held_open(path: &Path) -> bool {
     })
 }
 
+/// How many bytes `tests/c/exit_writeback.c` writes.
+const EXIT_WRITEBACK_LEN: usize = 1 << 20;
+
+/// Runs `exe` (`tests/c/exit_writeback.c`) in `mode` with fault service
+/// `service` on `path`, a file of [`EXIT_WRITEBACK_LEN`] zeros made first,
+/// and no other `UMAP_*`/`UMIO_*` variable than a cache of 4 MiB: nothing
+/// is evicted, so nothing is written back before the program ends unless
+/// it unmaps. Returns its output, whatever its status.
+fn run_exit_writeback(exe: &Path, path: &Path, mode: &str, service: &str) -> Output {
+    std::fs::write(path, vec![0u8; EXIT_WRITEBACK_LEN]).unwrap();
+    let mut cmd = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.arg(path)
+        .arg(mode)
+        .env("UMAP_BUFSIZE", "1024")
+        .env("UMIO_FAULT_SERVICE", service);
+    output_within(cmd, exe)
+}
+
+/// Asserts that the file at `path` holds every byte
+/// `tests/c/exit_writeback.c` writes, naming `what` otherwise.
+#[track_caller]
+fn assert_exit_writeback_bytes(path: &Path, what: &str) {
+    const LEN: usize = EXIT_WRITEBACK_LEN;
+    let data = std::fs::read(path).unwrap();
+    assert_eq!(data.len(), LEN, "{what}");
+    let lost = (0..LEN)
+        .filter(|&i| data[i] != exit_writeback_byte(i as u64))
+        .count();
+    assert_eq!(
+        lost, 0,
+        "{what}: {lost} of {LEN} bytes did not reach the file"
+    );
+}
+
 /// The byte `tests/c/exit_writeback.c` writes at `off`.
 fn exit_writeback_byte(off: u64) -> u8 {
     let x = off.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -556,7 +576,6 @@ fn exit_writeback_byte(off: u64) -> u8 {
 /// file afterwards, as with `mmap`'s `MAP_SHARED`, in both fault services.
 #[test]
 fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
-    const LEN: usize = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(&test_c("exit_writeback"), dir.path(), Build::Plain);
     for service in ["fillers", "in-thread"] {
@@ -573,20 +592,7 @@ fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
             "uunmap-holes",
         ] {
             let path = dir.path().join(format!("{service}-{mode}.bin"));
-            std::fs::write(&path, vec![0u8; LEN]).unwrap();
-            let mut cmd = Command::new(&exe);
-            for (k, _) in std::env::vars() {
-                if k.starts_with("UMAP_") || k.starts_with("UMIO_") {
-                    cmd.env_remove(k);
-                }
-            }
-            // A cache of 4 MiB: nothing is evicted, so nothing is written
-            // back before the program ends unless it unmaps.
-            cmd.arg(&path)
-                .arg(mode)
-                .env("UMAP_BUFSIZE", "1024")
-                .env("UMIO_FAULT_SERVICE", service);
-            let out = output_within(cmd, &exe);
+            let out = run_exit_writeback(&exe, &path, mode, service);
             let stdout = String::from_utf8_lossy(&out.stdout);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -595,15 +601,7 @@ fn writes_reach_the_file_at_exit_and_at_uunmap_of_the_region() {
                 out.status
             );
             assert!(stderr.is_empty(), "{service} {mode}: {stderr}");
-            let data = std::fs::read(&path).unwrap();
-            assert_eq!(data.len(), LEN);
-            let lost = (0..LEN)
-                .filter(|&i| data[i] != exit_writeback_byte(i as u64))
-                .count();
-            assert_eq!(
-                lost, 0,
-                "{service} {mode}: {lost} of {LEN} bytes did not reach the file"
-            );
+            assert_exit_writeback_bytes(&path, &format!("{service} {mode}"));
         }
     }
 }
