@@ -38,4 +38,4 @@
 //! having closed every descriptor it inherited but its socket.
 
 pub(crate) use crate::sys::keeper::{KEEPER, after_fork, forget, keep, restore};
-pub use crate::sys::keeper::{all_written, keeper_pid};
+pub use crate::sys::keeper::{all_written, keeper_pid, keeper_restarts};
