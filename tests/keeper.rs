@@ -479,11 +479,8 @@ fn a_fork_child_has_a_keeper_of_its_own() {
         revents: 0,
     };
     // SAFETY: one pollfd, not waited for.
-    assert_eq!(
-        unsafe { libc::poll(&mut p, 1, 0) },
-        0,
-        "the parent's keeper exited with the fork child"
-    );
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    assert_eq!(r, 0, "the parent's keeper exited with the fork child");
     child.kill().unwrap();
     child.wait().unwrap();
     wait_exit(&parents_fd, "the parent's keeper");
@@ -500,7 +497,16 @@ fn keeper_closed_child_body() {
     let Ok(path) = std::env::var(MODE_ENV) else {
         return;
     };
-    let rt = small_runtime();
+    // Synchronous dirty tracking whatever the environment says: pages
+    // written are then written back only when evicted (asynchronous
+    // tracking may write them ahead), so that a page the keeper wrote is
+    // seen as such.
+    let rt = Runtime::builder()
+        .cache_bytes(1 << 20)
+        .page_size(PAGE)
+        .dirty_tracking(umio::DirtyTracking::Sync)
+        .build()
+        .unwrap();
     let map = map_kept(&rt, &path);
     fill(&map, 1);
     let first = umio::keeper::keeper_pid().unwrap();
