@@ -376,6 +376,9 @@ fn keeper_killed_child_body() {
     };
     println!("keeper {second}");
     println!("restarts {}", umio::keeper::keeper_restarts());
+    // Reaped before its successor started: no zombie left.
+    let gone = !std::path::Path::new(&format!("/proc/{first}")).exists();
+    println!("reaped {}", u8::from(gone));
     fill(&map, 1);
     println!("written 1");
     std::io::stdout().flush().unwrap();
@@ -405,6 +408,11 @@ fn a_killed_keeper_is_replaced() {
     writeln!(child.stdin.as_mut().unwrap(), "killed").unwrap();
     let second = pidfd(next_value(&mut lines, "keeper") as i32);
     assert_eq!(next_value(&mut lines, "restarts"), 1, "keeper_restarts");
+    assert_eq!(
+        next_value(&mut lines, "reaped"),
+        1,
+        "the killed keeper reaped"
+    );
     assert_eq!(next_value(&mut lines, "written"), 1);
     child.kill().unwrap();
     child.wait().unwrap();

@@ -117,25 +117,25 @@ pub(crate) fn keep(start: usize, len: usize, file_off: u64, file: &File) -> Resu
     }
     if g.as_ref().is_some_and(|k| k.quit) {
         // Told to quit (a mapping made after the exit hooks ran): a new
-        // one keeps this mapping.
-        if let Some(old) = g.take() {
-            let mut dead = old.dead;
-            dead.push(Dead {
+        // one keeps this mapping, and the old one, exiting, is reaped
+        // once it has.
+        let new = start_keeper(me)?;
+        if let Some(old) = g.replace(new) {
+            let k = g.as_mut().expect("replaced above");
+            k.dead = old.dead;
+            k.dead.push(Dead {
                 pid: old.pid,
                 pidfd: old.pidfd,
                 stack: old.stack,
             });
             close_sock(old.sock, old.sock_id);
-            for d in dead {
-                // It exits at once: nothing to write.
-                reap(&d, true);
-            }
         }
     }
     if g.is_none() {
         *g = Some(start_keeper(me)?);
     }
     let k = g.as_mut().expect("started above");
+    reap_dead(k);
     if k.kept.len() >= CAPACITY / 2 {
         return Err(libc::ENOSPC);
     }
@@ -223,6 +223,10 @@ fn watch(me: i32) {
                  have not written back is lost if the process is killed; another is tried at \
                  the next map or unmap"
             );
+            // Not tried again in a loop here: the next map or unmap tries
+            // and starts another watch.
+            WATCHER.store(0, Ordering::SeqCst);
+            return;
         }
     }
 }
@@ -357,7 +361,10 @@ fn send_or_restart(k: &mut Keeper, e: &Kept) -> Result<(), i32> {
 /// The keeper died (killed on its own): a new one keeps what the old one
 /// kept.
 fn restart(k: &mut Keeper) -> Result<(), i32> {
-    log::warn!("umio: the keeper process is gone; starting another");
+    log::warn!(
+        "umio: the keeper process {} is gone; starting another",
+        k.pid
+    );
     let new = start_keeper(k.owner)?;
     RESTARTS.fetch_add(1, Ordering::Relaxed);
     let old = std::mem::replace(k, new);
@@ -411,15 +418,15 @@ fn close_sock(sock: OwnedFd, id: (u64, u64)) {
 
 /// Reaps the dead keepers of `k` that have exited.
 fn reap_dead(k: &mut Keeper) {
-    k.dead.retain(|d| !reap(d, false));
+    k.dead.retain(|d| !reap(d));
 }
 
-/// Reaps `old`, a keeper that exited (or, `wait`, that was told to quit and
-/// is exiting), and unmaps its stack once it is reaped. Whether it was.
-fn reap(old: &Dead, wait: bool) -> bool {
+/// Reaps `old`, a keeper that died, if it has exited, and unmaps its
+/// stack once it is reaped. Whether it was.
+fn reap(old: &Dead) -> bool {
     let reaped = match &old.pidfd {
         Some(fd) => {
-            let flags = libc::WEXITED | libc::__WCLONE | if wait { 0 } else { libc::WNOHANG };
+            let flags = libc::WEXITED | libc::__WCLONE | libc::WNOHANG;
             // SAFETY: a zeroed siginfo_t is valid.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             loop {
@@ -546,8 +553,8 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
         // SAFETY: fresh descriptors, ours.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // The stack: never unmapped (the keeper may outlive every
-        // runtime), not inherited by fork children.
+        // The stack: unmapped only once the keeper is reaped (it may
+        // outlive every runtime), not inherited by fork children.
         let stack = crate::sys::mm::map_anonymous(STACK_BYTES + TABLE_BYTES, PAGE, true)?;
         let top = stack + STACK_BYTES - 64;
         let args = top as *mut Args;
