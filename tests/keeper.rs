@@ -496,7 +496,7 @@ fn a_fork_child_has_a_keeper_of_its_own() {
 }
 
 /// The closing child: writes pattern 1 over the mapping, says its keeper,
-/// then closes every socket it has (as a loop that closes every
+/// waits for a line on stdin, then closes every socket it has (as a loop that closes every
 /// descriptor would: its end of the keeper's socket among them), waits
 /// for a new keeper (a hang detector of 2 minutes) and says it; after a
 /// line on stdin writes pattern 2, says so, and waits to be killed.
@@ -520,6 +520,8 @@ fn keeper_closed_child_body() {
     let first = umio::keeper::keeper_pid().unwrap();
     println!("keeper {first}");
     std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
     for fd in std::fs::read_dir("/proc/self/fd").unwrap() {
         let fd = fd.unwrap();
         let target = std::fs::read_link(fd.path()).unwrap_or_default();
@@ -570,6 +572,7 @@ fn a_keeper_whose_socket_is_closed_writes_nothing_and_is_replaced() {
     let mut child = spawn_child("keeper_closed_child_body", &path);
     let mut lines = lines_of(&mut child);
     let first = pidfd(next_value(&mut lines, "keeper") as i32);
+    writeln!(child.stdin.as_mut().unwrap(), "close").unwrap();
     let second = pidfd(next_value(&mut lines, "keeper") as i32);
     wait_exit(&first, "the first keeper");
     // The last pages written are in umio's cache, not written back: the
