@@ -21,6 +21,14 @@
 //! there, whatever order write-back took before: the file is the memory
 //! as it was at the moment of death.
 //!
+//! A thread of the program (`umio-keeper-watch`) waits on a pidfd of the
+//! keeper and, if it exits without having been told to quit (killed on
+//! its own), starts another that keeps the same ranges
+//! ([`keeper_restarts`] counts them). At end-of-file on the socket while
+//! the program still runs in this address space (`kcmp`: it closed the
+//! descriptor, it did not exit or `exec`), the keeper quits without
+//! writing: writing then would race with umio's own write-back.
+//!
 //! The program tells the keeper which ranges to keep over a
 //! `SOCK_SEQPACKET` socket: a region's range with a descriptor of its file
 //! (`SCM_RIGHTS`) when mapped, and a range to forget before umio unmaps or
@@ -38,4 +46,4 @@
 //! having closed every descriptor it inherited but its socket.
 
 pub(crate) use crate::sys::keeper::{KEEPER, after_fork, forget, keep, restore};
-pub use crate::sys::keeper::{all_written, keeper_pid};
+pub use crate::sys::keeper::{all_written, keeper_pid, keeper_restarts};

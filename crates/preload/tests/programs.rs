@@ -1396,3 +1396,90 @@ fn lmdb_writemap_nosync_killed_mid_load_opens_and_verifies() {
         );
     }
 }
+
+/// A writer through a `MAP_SHARED` mapping that calls `exec` without
+/// unmapping or `msync` leaves what it wrote in the file, as under the
+/// kernel (whose page cache outlives the old address space): under the
+/// shim its keeper, which holds the old address space, writes it once the
+/// program's end of their socket closes at `exec`, and exits. The file is
+/// four times the cache. In both fault services.
+#[test]
+fn exec_after_writing_through_a_shared_mapping_loses_nothing() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let dir = scratch();
+    let exe = compile("exec_writer", dir.path());
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let pattern = format!("{}/*", data.display());
+    const MIB: usize = 16;
+    for (what, preload, env) in [
+        ("the kernel", false, vec![]),
+        (
+            "the shim, fillers",
+            true,
+            vec![
+                ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+                ("UMIO_CACHE_BYTES", "4M"),
+                ("EXPECT_UMIO", "1"),
+            ],
+        ),
+        (
+            "the shim, in-thread",
+            true,
+            vec![
+                ("UMIO_PRELOAD_PATHS", pattern.as_str()),
+                ("UMIO_PRELOAD_IN_THREAD_PATHS", pattern.as_str()),
+                ("UMIO_FAULT_SERVICE", "in-thread"),
+                ("UMIO_CACHE_BYTES", "4M"),
+                ("EXPECT_UMIO", "1"),
+            ],
+        ),
+    ] {
+        let file = data.join("exec.bin");
+        let mut cmd = command(
+            &exe,
+            &[file.to_str().unwrap(), &MIB.to_string(), "/bin/true"],
+            &env,
+            preload,
+        );
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the program runs");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = lines.next().and_then(Result::ok);
+        assert_eq!(ready.as_deref(), Some("ready"), "{what}");
+        let keepers = keepers_of(child.id());
+        writeln!(child.stdin.as_mut().unwrap(), "exec").unwrap();
+        let status = output_within_status(child);
+        assert!(status.success(), "{what}: {status}");
+        wait_for_keepers(&keepers);
+        assert_eq!(keepers.len(), usize::from(preload), "{what}: keepers");
+        let seeds = seeds(&std::fs::read(&file).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(seeds.len(), MIB << 17);
+        if let Some(w) = seeds.iter().position(|&s| s != 1) {
+            panic!(
+                "{what}: after exec, the word at byte {} holds pattern {}, not 1",
+                w * 8,
+                seeds[w]
+            );
+        }
+    }
+}
+
+/// Waits for `child` (a hang detector: killed and failed past `HANG`).
+fn output_within_status(mut child: std::process::Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the program hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

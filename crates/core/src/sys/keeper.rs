@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use crate::fork_lock::ForkMutex;
 
@@ -49,13 +49,39 @@ pub(crate) struct Keeper {
     /// The process that started it (a fork child inherits the state).
     owner: i32,
     sock: OwnedFd,
+    /// The socket's device and inode: a program that closed the
+    /// descriptor behind umio's back (a loop closing every descriptor) may
+    /// have another file at its number, not ours to close.
+    sock_id: (u64, u64),
     pid: i32,
+    /// A pidfd of the keeper (none where `pidfd_open` fails): what the
+    /// watch waits on, and what reaps it without naming a pid that could
+    /// have been reused.
+    pidfd: Option<Arc<OwnedFd>>,
+    /// Its stack and table, unmapped once it is reaped.
+    stack: usize,
+    /// Told to quit ([`all_written`]): its exit is no death.
+    quit: bool,
     kept: Vec<Kept>,
+    /// Keepers before this one, dead but not reaped yet.
+    dead: Vec<Dead>,
+}
+
+/// A keeper that died, to reap.
+struct Dead {
+    pid: i32,
+    pidfd: Option<Arc<OwnedFd>>,
+    stack: usize,
 }
 
 pub(crate) static KEEPER: ForkMutex<Option<Keeper>> = ForkMutex::new(None);
 /// The socket's descriptor, for the fork child handler to close.
 static SOCK: AtomicI32 = AtomicI32::new(-1);
+/// The process whose watch thread runs (0: none; a fork child's differs
+/// from its parent's): read and written under [`KEEPER`]'s lock.
+static WATCHER: AtomicI32 = AtomicI32::new(0);
+/// Keepers started because the one before died on its own.
+static RESTARTS: AtomicU64 = AtomicU64::new(0);
 
 /// In a fork child (async-signal-safe): the parent's keeper is not ours;
 /// the socket is closed so that the keeper sees the parent go.
@@ -83,21 +109,126 @@ pub(crate) fn keep(start: usize, len: usize, file_off: u64, file: &File) -> Resu
     let mut g = KEEPER.lock();
     let me = std::process::id() as i32;
     if g.as_ref().is_some_and(|k| k.owner != me) {
-        // Inherited from the parent: its socket is closed already.
+        // Inherited from the parent: its socket is closed already, and
+        // its keeper is not ours to reap or watch.
         if let Some(k) = g.take() {
             std::mem::forget(k.sock);
+        }
+    }
+    if g.as_ref().is_some_and(|k| k.quit) {
+        // Told to quit (a mapping made after the exit hooks ran): a new
+        // one keeps this mapping, and the old one, exiting, is reaped
+        // once it has.
+        let new = start_keeper(me)?;
+        if let Some(old) = g.replace(new) {
+            let k = g.as_mut().expect("replaced above");
+            k.dead = old.dead;
+            k.dead.push(Dead {
+                pid: old.pid,
+                pidfd: old.pidfd,
+                stack: old.stack,
+            });
+            close_sock(old.sock, old.sock_id);
         }
     }
     if g.is_none() {
         *g = Some(start_keeper(me)?);
     }
     let k = g.as_mut().expect("started above");
+    reap_dead(k);
     if k.kept.len() >= CAPACITY / 2 {
         return Err(libc::ENOSPC);
     }
     send_or_restart(k, &kept)?;
     k.kept.push(kept);
+    let watch = k.pidfd.is_some() && WATCHER.load(Ordering::SeqCst) != me;
+    if watch {
+        WATCHER.store(me, Ordering::SeqCst);
+    }
+    drop(g);
+    if watch {
+        spawn_watch(me);
+    }
     Ok(())
+}
+
+/// Starts the thread that waits for the keeper's death and starts another
+/// ([`watch`]), `WATCHER` set to `me` already.
+fn spawn_watch(me: i32) {
+    let spawned = std::thread::Builder::new()
+        .name("umio-keeper-watch".into())
+        .stack_size(64 << 10)
+        .spawn(move || watch(me));
+    if let Err(e) = spawned {
+        let _g = KEEPER.lock();
+        if WATCHER.load(Ordering::SeqCst) == me {
+            WATCHER.store(0, Ordering::SeqCst);
+        }
+        log::warn!(
+            "umio: no thread to watch the keeper ({e}): if it is killed, a new one starts \
+             only at the next map or unmap of a kept mapping"
+        );
+    }
+}
+
+/// The watch: waits for the keeper to exit and, unless it was told to
+/// quit, starts another that keeps what it kept, so that a keeper killed
+/// on its own (a signal to it) does not leave the program unkept until its
+/// next map or unmap. Returns when there is nothing to watch.
+fn watch(me: i32) {
+    // No signal of the program's is handled here.
+    // SAFETY: a sigset_t value and this thread's mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+    loop {
+        let (pid, pidfd) = {
+            let g = KEEPER.lock();
+            let current = g
+                .as_ref()
+                .filter(|k| k.owner == me && !k.quit)
+                .and_then(|k| Some((k.pid, k.pidfd.clone()?)));
+            match current {
+                Some(c) if WATCHER.load(Ordering::SeqCst) == me => c,
+                _ => {
+                    if WATCHER.load(Ordering::SeqCst) == me {
+                        WATCHER.store(0, Ordering::SeqCst);
+                    }
+                    return;
+                }
+            }
+        };
+        let mut p = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd; readable once the keeper has exited.
+        while unsafe { libc::poll(&mut p, 1, -1) } != 1 {}
+        let mut g = KEEPER.lock();
+        let Some(k) = g.as_mut().filter(|k| k.owner == me) else {
+            continue;
+        };
+        // It exited: reaped here if a map or unmap that found it gone
+        // replaced it already.
+        reap_dead(k);
+        if k.pid != pid || k.quit {
+            continue;
+        }
+        if let Err(e) = restart(k) {
+            log::error!(
+                "umio: no new keeper (errno {e}): what the mappings that survive process death \
+                 have not written back is lost if the process is killed; another is tried at \
+                 the next map or unmap"
+            );
+            // Not tried again in a loop here: the next map or unmap tries
+            // and starts another watch.
+            WATCHER.store(0, Ordering::SeqCst);
+            return;
+        }
+    }
 }
 
 /// What [`forget`] took out of the keeper, for [`restore`] if the memory
@@ -199,6 +330,7 @@ pub fn all_written() {
             None,
         );
         k.kept.clear();
+        k.quit = true;
     }
 }
 
@@ -229,12 +361,22 @@ fn send_or_restart(k: &mut Keeper, e: &Kept) -> Result<(), i32> {
 /// The keeper died (killed on its own): a new one keeps what the old one
 /// kept.
 fn restart(k: &mut Keeper) -> Result<(), i32> {
-    log::warn!("umio: the keeper process is gone; starting another");
+    log::warn!(
+        "umio: the keeper process {} is gone; starting another",
+        k.pid
+    );
     let new = start_keeper(k.owner)?;
+    RESTARTS.fetch_add(1, Ordering::Relaxed);
     let old = std::mem::replace(k, new);
-    reap(old.pid);
-    drop(old.sock);
     k.kept = old.kept;
+    k.dead = old.dead;
+    k.dead.push(Dead {
+        pid: old.pid,
+        pidfd: old.pidfd,
+        stack: old.stack,
+    });
+    close_sock(old.sock, old.sock_id);
+    reap_dead(k);
     for e in k.kept.clone() {
         let msg = Msg {
             op: OP_KEEP,
@@ -247,10 +389,75 @@ fn restart(k: &mut Keeper) -> Result<(), i32> {
     Ok(())
 }
 
-fn reap(pid: i32) {
-    let mut status = 0;
-    // SAFETY: waits for our own clone child (no exit signal: __WCLONE).
-    unsafe { libc::waitpid(pid, &mut status, libc::__WCLONE | libc::WNOHANG) };
+/// Keepers started because the one before died on its own (killed by a
+/// signal to it), since the process started: each was logged too.
+pub fn keeper_restarts() -> u64 {
+    RESTARTS.load(Ordering::Relaxed)
+}
+
+/// The device and inode of `fd` (zeros if `fstat` fails).
+fn file_id(fd: RawFd) -> (u64, u64) {
+    // SAFETY: a zeroed stat is valid; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return (0, 0);
+    }
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
+/// Closes a dead keeper's socket, if its descriptor is still that socket.
+fn close_sock(sock: OwnedFd, id: (u64, u64)) {
+    if file_id(sock.as_raw_fd()) == id {
+        drop(sock);
+    } else {
+        // Closed behind our back: the number is someone else's now.
+        std::mem::forget(sock);
+    }
+}
+
+/// Reaps the dead keepers of `k` that have exited.
+fn reap_dead(k: &mut Keeper) {
+    k.dead.retain(|d| !reap(d));
+}
+
+/// Reaps `old`, a keeper that died, if it has exited, and unmaps its
+/// stack once it is reaped. Whether it was.
+fn reap(old: &Dead) -> bool {
+    let reaped = match &old.pidfd {
+        Some(fd) => {
+            let flags = libc::WEXITED | libc::__WCLONE | libc::WNOHANG;
+            // SAFETY: a zeroed siginfo_t is valid.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            loop {
+                // SAFETY: waits for our own clone child (no exit signal:
+                // __WCLONE) named by its pidfd.
+                let r = unsafe {
+                    libc::waitid(
+                        libc::P_PIDFD,
+                        fd.as_raw_fd() as libc::id_t,
+                        &mut info,
+                        flags,
+                    )
+                };
+                if r == 0 || crate::sys::errno() != libc::EINTR {
+                    // SAFETY: the pid field of a waitid result.
+                    break r == 0 && unsafe { info.si_pid() } == old.pid;
+                }
+            }
+        }
+        None => {
+            let mut status = 0;
+            // SAFETY: waits for our own clone child (no exit signal: __WCLONE).
+            let r = unsafe { libc::waitpid(old.pid, &mut status, libc::__WCLONE | libc::WNOHANG) };
+            r == old.pid
+        }
+    };
+    if reaped {
+        // Nothing runs on it any more.
+        let _ = crate::sys::mm::unmap(old.stack, STACK_BYTES + TABLE_BYTES);
+    }
+    reaped
 }
 
 fn send(sock: &OwnedFd, msg: &Msg, fd: Option<RawFd>) -> Result<(), i32> {
@@ -346,8 +553,8 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
         // SAFETY: fresh descriptors, ours.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // The stack: never unmapped (the keeper may outlive every
-        // runtime), not inherited by fork children.
+        // The stack: unmapped only once the keeper is reaped (it may
+        // outlive every runtime), not inherited by fork children.
         let stack = crate::sys::mm::map_anonymous(STACK_BYTES + TABLE_BYTES, PAGE, true)?;
         let top = stack + STACK_BYTES - 64;
         let args = top as *mut Args;
@@ -391,13 +598,25 @@ fn start_keeper(owner: i32) -> Result<Keeper, i32> {
             return Err(e);
         }
         drop(theirs);
+        // Not reaped by anyone but us: the pid is still the keeper's.
+        // SAFETY: pidfd_open takes no pointer.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = (pidfd >= 0).then(|| {
+            // SAFETY: a fresh descriptor (close-on-exec), ours.
+            Arc::new(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+        });
         SOCK.store(ours.as_raw_fd(), Ordering::SeqCst);
         log::info!("umio: keeper process {pid} started");
         Ok(Keeper {
             owner,
+            sock_id: file_id(ours.as_raw_fd()),
             sock: ours,
             pid,
+            pidfd,
+            stack,
+            quit: false,
             kept: Vec::new(),
+            dead: Vec::new(),
         })
     }
 }
@@ -531,13 +750,71 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
             if fds[0].revents != 0 {
                 match receive(sock, table, &mut n, false) {
                     Some(true) => {}
-                    Some(false) | None => break,
+                    Some(false) => break,
+                    None => {
+                        if still_here(parent, pidfd) {
+                            // The program closed its end and lives on in
+                            // this address space (a loop that closes
+                            // every descriptor): writing now would race
+                            // with its own write-back. It starts another
+                            // keeper (its watch, or its next map or unmap).
+                            for e in table.iter().take(n) {
+                                close(e.fd);
+                            }
+                            n = 0;
+                        }
+                        break;
+                    }
                 }
             }
         }
         write_back(&table[..n]);
         sc(libc::SYS_exit_group, [0; 6]);
         0
+    }
+}
+
+/// Whether the program (`parent`, its pidfd) still runs in this address
+/// space: not exited, and not `exec`ed (`kcmp`). False where unsure (no
+/// pidfd, no `kcmp`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn still_here(parent: i32, pidfd: isize) -> bool {
+    use raw::sc;
+    const KCMP_VM: usize = 1;
+    if pidfd < 0 {
+        return false;
+    }
+    let mut p = libc::pollfd {
+        fd: pidfd as i32,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: one pollfd and a timeout of the keeper's; getpid and kcmp
+    // take no pointer.
+    unsafe {
+        let r = sc(
+            libc::SYS_ppoll,
+            [
+                &mut p as *mut libc::pollfd as usize,
+                1,
+                &zero as *const libc::timespec as usize,
+                0,
+                0,
+                0,
+            ],
+        );
+        if r != 0 {
+            return false;
+        }
+        let me = sc(libc::SYS_getpid, [0; 6]);
+        sc(
+            libc::SYS_kcmp,
+            [me as usize, parent as usize, KCMP_VM, 0, 0, 0],
+        ) == 0
     }
 }
 
