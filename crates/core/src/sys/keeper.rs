@@ -176,13 +176,11 @@ fn spawn_watch(me: i32) {
 /// on its own (a signal to it) does not leave the program unkept until its
 /// next map or unmap. Returns when there is nothing to watch.
 fn watch(me: i32) {
-    // No signal of the program's is handled here.
-    // SAFETY: a sigset_t value and this thread's mask.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    }
+    // No signal of the program's is handled here. Every signal, the C
+    // library's own included (`block_all`): a thread that blocked only
+    // what `sigfillset` gives would look like the program's own thread
+    // blocking SIGBUS, and the in-thread service would refuse every map.
+    crate::sys::signal::block_all();
     loop {
         let (pid, pidfd) = {
             let g = KEEPER.lock();
