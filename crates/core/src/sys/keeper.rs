@@ -67,6 +67,21 @@ pub(crate) struct Keeper {
     dead: Vec<Dead>,
 }
 
+impl Keeper {
+    /// Takes over from `old`, the keeper this one replaces (dead, or told
+    /// to quit): `old` and the dead keepers it had not reaped are this
+    /// one's to reap, and its socket is closed.
+    fn succeed(&mut self, old: Keeper) {
+        self.dead = old.dead;
+        self.dead.push(Dead {
+            pid: old.pid,
+            pidfd: old.pidfd,
+            stack: old.stack,
+        });
+        close_sock(old.sock, old.sock_id);
+    }
+}
+
 /// A keeper that died, to reap.
 struct Dead {
     pid: i32,
@@ -121,14 +136,7 @@ pub(crate) fn keep(start: usize, len: usize, file_off: u64, file: &File) -> Resu
         // once it has.
         let new = start_keeper(me)?;
         if let Some(old) = g.replace(new) {
-            let k = g.as_mut().expect("replaced above");
-            k.dead = old.dead;
-            k.dead.push(Dead {
-                pid: old.pid,
-                pidfd: old.pidfd,
-                stack: old.stack,
-            });
-            close_sock(old.sock, old.sock_id);
+            g.as_mut().expect("replaced above").succeed(old);
         }
     }
     if g.is_none() {
@@ -365,15 +373,9 @@ fn restart(k: &mut Keeper) -> Result<(), i32> {
     );
     let new = start_keeper(k.owner)?;
     RESTARTS.fetch_add(1, Ordering::Relaxed);
-    let old = std::mem::replace(k, new);
-    k.kept = old.kept;
-    k.dead = old.dead;
-    k.dead.push(Dead {
-        pid: old.pid,
-        pidfd: old.pidfd,
-        stack: old.stack,
-    });
-    close_sock(old.sock, old.sock_id);
+    let mut old = std::mem::replace(k, new);
+    k.kept = std::mem::take(&mut old.kept);
+    k.succeed(old);
     reap_dead(k);
     for e in k.kept.clone() {
         let msg = Msg {
