@@ -48,7 +48,7 @@ fn own_memory_cgroup() -> Option<PathBuf> {
 /// Sets the cgroup's limit, retrying while the kernel refuses (usage above
 /// it: the process has yet to shrink).
 fn set_limit(cg: &Path, bytes: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match std::fs::write(cg.join("memory.limit_in_bytes"), bytes.to_string()) {
             Ok(()) => return,
@@ -68,7 +68,9 @@ fn wait_for(
     what: &str,
     cond: impl Fn(u64, u64) -> bool,
 ) -> (u64, u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // A hang detector: the sizer reacts within a second or so; a loaded
+    // machine may keep it waiting longer.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = (0, 0);
     while Instant::now() < deadline {
         match rx.recv_timeout(Duration::from_millis(500)) {

@@ -46,18 +46,23 @@ fn resident_after_background_eviction() -> u64 {
     assert_eq!(sum, 59 * 7);
     // The evictor wakes on the kick of the fill that crossed the high
     // watermark (or within 100 ms) and stops below the low one.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while rt.stats().evicted_pages == 0 {
-        assert!(Instant::now() < deadline, "the evictor never ran");
+    // A hang detector of a minute, not a speed check: a loaded machine
+    // may keep the evictor off the CPU a while.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stats = rt.stats();
+        if stats.evicted_pages > 0 && stats.resident_bytes <= CACHE * 70 / 100 + MIB as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not brought to the low watermark: {stats:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
+    // Whatever the batch in flight still evicts, then the final count.
     std::thread::sleep(Duration::from_millis(300));
-    let stats = rt.stats();
-    assert!(
-        stats.resident_bytes <= CACHE * 70 / 100 + MIB as u64,
-        "not brought to the low watermark: {stats:?}"
-    );
-    stats.resident_bytes
+    rt.stats().resident_bytes
 }
 
 #[test]
@@ -65,7 +70,7 @@ fn large_pages_are_evicted_to_the_low_watermark_not_below() {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || tx.send(resident_after_background_eviction()));
     let resident = rx
-        .recv_timeout(Duration::from_secs(60))
+        .recv_timeout(Duration::from_secs(300))
         .expect("the scenario hung or panicked");
     // The low watermark is 44.8 MiB; one batch (at least 16 pages) may
     // take it a little below. Sized by the 64 KiB default, the batch was

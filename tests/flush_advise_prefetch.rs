@@ -290,8 +290,10 @@ fn unmap_right_after_a_large_prefetch_returns_promptly() {
     std::thread::sleep(Duration::from_millis(5));
     let t = Instant::now();
     m.unmap().unwrap();
+    // A wait for space the prefetch can never get is forever; a loaded
+    // machine's unmap, seconds at most.
     assert!(
-        t.elapsed() < Duration::from_secs(5),
+        t.elapsed() < Duration::from_secs(60),
         "unmap took {:?}",
         t.elapsed()
     );

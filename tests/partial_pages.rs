@@ -23,7 +23,7 @@ use umio::{Error, MapOptions, Runtime};
 
 const K4: usize = 4096;
 /// Long enough for a debug build on a busy machine; a hang is forever.
-const DEADLINE: Duration = Duration::from_secs(20);
+const DEADLINE: Duration = Duration::from_secs(120);
 
 /// Runs `f` on a thread: `Err` if it outlives [`DEADLINE`] (the thread is
 /// then left blocked in its fault; the caller must leak the mapping and

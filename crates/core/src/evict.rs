@@ -347,7 +347,11 @@ impl Shared {
     /// before it reports one. For tests (`Runtime::check_policy`).
     pub(crate) fn check_policy_tracks_resident(&self) -> Result<(), String> {
         let mut last = String::from("never quiet: eviction batches or busy pages every time");
-        for _ in 0..300 {
+        // A minute: a filler tells the policy of a page only after its
+        // thread is woken, so a filler kept off the CPU a while (a loaded
+        // machine) leaves a page resident and not yet tracked.
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
             let pool = self.pool();
             let table = self.regions();
             if self.evicting().load(Relaxed) == 0 {

@@ -1155,8 +1155,11 @@ impl Shared {
             self.fail_run(region, run);
             return false;
         }
-        // Counted before the pages show resident, so that a thread that
-        // sees them resident sees them counted.
+        // Counted before umio's page states show them resident
+        // (`is_resident`), so that a thread that sees them resident there
+        // sees them counted. The kernel's page tables (`mincore`) show
+        // them from the copy above: a thread that waits on those may see
+        // them before they are counted.
         let n = run.len() as u64;
         self.counters().prefetched_pages.fetch_add(n, Relaxed);
         region.stats.fills.fetch_add(n, Relaxed);
