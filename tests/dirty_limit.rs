@@ -9,25 +9,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Rng, assert_same};
+use common::{Rng, assert_same, map_store};
 use umio::backends::MemoryStore;
-use umio::{DirtyTracking, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Store};
+use umio::{DirtyTracking, FaultService, Mapping, PrefetchKind, Runtime};
 
 const PAGE: usize = 4096;
 const SERVICES: [FaultService; 2] = [FaultService::Fillers, FaultService::InThread];
-
-fn map<S: Store>(rt: &Runtime, store: &Arc<S>) -> Mapping {
-    // SAFETY: nothing else reaches the store.
-    unsafe {
-        rt.map(
-            MapOptions::new()
-                .store(store.clone())
-                .writable(true)
-                .prefetch(PrefetchKind::None),
-        )
-    }
-    .unwrap()
-}
 
 fn read_modify_write(m: &Mapping, model: &mut [u8], pages: &[usize]) {
     let base = m.as_ptr();
@@ -57,7 +44,7 @@ fn the_dirty_limit_holds_for_a_writer_that_keeps_meeting_it() {
             .dirty_tracking(DirtyTracking::Sync)
             .build()
             .unwrap();
-        let m = map(&rt, &store);
+        let m = map_store(&rt, &store, true, PrefetchKind::None);
         let mut model = vec![0; LEN];
         let mut rng = Rng::new(12);
         let mut most = 0;

@@ -213,13 +213,8 @@ static size_t resident_in(unsigned char *map, size_t from, size_t to) {
   return n;
 }
 
-/* How long a wait for the runtime's background work may take before it
-   counts as hung: a busy machine may keep a thread off the CPU for
-   seconds, which is not a failure. */
-#define WAIT_MS 60000
-
 static int released(atomic_int *count) {
-  for (int i = 0; i < WAIT_MS && atomic_load(count) == 0; i++) sleep_ms(1);
+  WAIT_UNTIL(atomic_load(count) != 0);
   return atomic_load(count);
 }
 
@@ -329,7 +324,7 @@ int main(void) {
   CHECK(umio_stats(map, &before) == 0);
   CHECK(map[100 * PAGE + 5] == model[100 * PAGE + 5]);
   /* The page is installed before the prefetch is counted: wait for both. */
-  for (int i = 0; i < WAIT_MS; i++) {
+  for (int i = 0; i < HANG_MS; i++) {
     CHECK(umio_stats(map, &after) == 0);
     if (resident(map, 102) && after.prefetched >= before.prefetched + 1 &&
         after.fills >= before.fills + 2)
@@ -409,7 +404,7 @@ int main(void) {
   sleep_ms(20);
   CHECK(atomic_load(&a.releases) == 1);
   unsigned long forgotten = 0;
-  for (int i = 0; i < WAIT_MS && forgotten == 0; i++) {
+  for (int i = 0; i < HANG_MS && forgotten == 0; i++) {
     pthread_mutex_lock(&f.lock);
     forgotten = f.forgotten;
     CHECK(f.releases == 0);

@@ -138,7 +138,7 @@ int main(void) {
   CHECK(umio_unmap(p, len) == 0);
   /* Released once umio is done with it: after the unmap, maybe on another
      thread a moment later. */
-  for (int i = 0; i < 60000 && m->releases == 0; i++) usleep(1000); /* a hang detector */
+  WAIT_UNTIL(m->releases != 0);
   CHECK(m->releases == 1);
 
   /* Growing: a writable mapping past the end resizes the store. */

@@ -30,6 +30,19 @@ static inline unsigned char pattern(uint64_t off) {
   return (unsigned char)(x >> 56) ^ (unsigned char)(off >> 12);
 }
 
+/* How long, in 1 ms polls, a test waits for the runtime's background work
+   (a release on another thread, a prefetch, an eviction round) before it
+   counts as hung: a minute, a hang detector, not a speed check (a busy
+   machine may keep a thread off the CPU for seconds). */
+#define HANG_MS 60000
+
+/* Polls `cond` every millisecond until it holds, for HANG_MS at most; the
+   caller CHECKs what it needs after. */
+#define WAIT_UNTIL(cond)                                          \
+  do {                                                            \
+    for (int w_ = 0; w_ < HANG_MS && !(cond); w_++) usleep(1000); \
+  } while (0)
+
 /* Holds, until the process ends, the lock that every test reading or
    changing the system's 2 MiB hugetlb pool (vm.nr_hugepages) takes, so that
    two test suites running at once do not see each other's pool (the Rust

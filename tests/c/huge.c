@@ -90,7 +90,7 @@ int main(void) {
   CHECK(umio_unmap(p, LEN) == 0);
   /* The policy's user is released at unmap, possibly on another thread a
      moment later. */
-  for (int i = 0; i < 60000 && atomic_load(&released) == 0; i++) usleep(1000);
+  WAIT_UNTIL(atomic_load(&released) != 0);
   CHECK(atomic_load(&released) == 1);
 
   /* 2 MiB pages live in the huge-page pool: a file three times that pool

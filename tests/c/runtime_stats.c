@@ -55,7 +55,7 @@ int main(void) {
      a fault after waking its thread: wait for the last one); its sum lies
      within its buckets' bounds. */
   uint64_t counted = 0, lo = 0, hi = 0;
-  for (int tries = 0; tries < 60000; tries++) { /* a minute at most */
+  for (int tries = 0; tries < HANG_MS; tries++) {
     CHECK(umio_runtime_stats(&rs) == 0);
     counted = lo = hi = 0;
     for (int i = 0; i < UMIO_LATENCY_BUCKETS; i++) {
@@ -75,7 +75,7 @@ int main(void) {
      then the mapping's) between the snapshots: take all three again until
      they agree (a minute at most). */
   struct umio_stats sa = {.size = sizeof sa}, sb = {.size = sizeof sb};
-  for (int tries = 0; tries < 60000; tries++) {
+  for (int tries = 0; tries < HANG_MS; tries++) {
     CHECK(umio_runtime_stats(&rs) == 0);
     CHECK(umio_stats(a, &sa) == 0 && umio_stats(b, &sb) == 0);
     if (sa.evictions + sb.evictions == rs.evictions) break;
@@ -96,7 +96,7 @@ int main(void) {
   CHECK(sc.read_submissions == 0 && sc.reads_submitted == 0 && sc.max_reads_in_flight == 0);
   CHECK(sc.mean_reads_in_flight == 0.0);
   CHECK(umio_prefetch(c, hinted) == 0);
-  for (int tries = 0; tries < 60000; tries++) { /* a minute at most */
+  for (int tries = 0; tries < HANG_MS; tries++) {
     CHECK(umio_stats(c, &sc) == 0);
     if (sc.prefetched == hinted / PAGE) break;
     usleep(1000);

@@ -115,7 +115,7 @@ int main(void) {
   m.punch_errno = 0;
   CHECK(p[4 * PAGE + 1] == pattern(5 * PAGE + 1));
   CHECK(umio_unmap(p, LEN - PAGE) == 0);
-  for (int i = 0; i < 60000 && m.releases < 1; i++) usleep(1000); /* a hang detector */
+  WAIT_UNTIL(m.releases >= 1);
   CHECK(m.releases == 1);
 
   /* Without the callback: EOPNOTSUPP, and nothing is lost. */
@@ -153,7 +153,7 @@ int main(void) {
   close(fd);
   unlink(path);
 
-  for (int i = 0; i < 60000 && m.releases < 3; i++) usleep(1000); /* a hang detector */
+  WAIT_UNTIL(m.releases >= 3);
   CHECK(m.releases == 3);
   pthread_mutex_destroy(&m.lock);
   printf("store_punch_hole: REMOVE through a C store's punch_hole, EOPNOTSUPP without it\n");

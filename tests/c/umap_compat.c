@@ -29,7 +29,7 @@ int main(void) {
   umap_prefetch(4, items);
   CHECK(errno == 0);
   struct umio_stats st = {.size = sizeof st};
-  for (int i = 0; i < 60000; i++) { /* a minute at most */
+  for (int i = 0; i < HANG_MS; i++) {
     CHECK(umio_stats(base, &st) == 0);
     if (st.prefetched == 4) break;
     usleep(1000);

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
@@ -359,7 +359,7 @@ impl Shared {
         // A minute: a filler tells the policy of a page only after its
         // thread is woken, so a filler kept off the CPU a while (a loaded
         // machine) leaves a page resident and not yet tracked.
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         while start.elapsed() < Duration::from_secs(60) {
             let pool = self.pool();
             let table = self.regions();
