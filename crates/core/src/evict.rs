@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
-use crate::fill::STALL_LOGGED_AFTER;
+use crate::fill::{MAX_BATCH_RUNS, STALL_LOGGED_AFTER};
 use crate::huge::HugeState;
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
@@ -106,9 +106,11 @@ impl Shared {
 
     /// Once a pool's dirty pages pass half its dirty limit, or a writer
     /// waits for the limit (`Shared::may_dirty`):
-    /// evicts dirty pages of its regions (written back, then dropped, as
-    /// eviction does with dirty victims), in address order, in pieces,
-    /// until the pool is at half its limit. Pages of a store whose writes
+    /// writes dirty pages of its regions back in place (they stay in the
+    /// cache, clean, as a flush leaves them: eviction drops them cheaply
+    /// when it needs their space, and a later read of one is a hit), in
+    /// address order, in batches up to the store's depth, until the pool
+    /// is at half its limit. Pages of a store whose writes
     /// failed within [`WRITE_RETRY_MS`] are left for later; if nothing
     /// could be written, writers stop waiting for the limit until a pass
     /// writes again (`Pool::writeback_stuck`).
@@ -144,33 +146,51 @@ impl Shared {
             }
             let Some(_g) = region.enter() else { continue };
             let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
+            let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
             let mut p = 0;
             while p < region.pages.len() && !under() && !self.is_shutting_down() {
-                w.locked.clear();
-                while p < region.pages.len() && w.locked.len() < chunk {
-                    if region.pages.try_lock_evicting(p, PageState::Dirty) {
-                        if region.pages.is_pinned(p) {
-                            if region.pages.unlock(p, PageState::Dirty) {
-                                self.wake(region, region.page_addr(p), region.page_size);
-                            }
-                        } else {
-                            w.locked.push((p, PageState::Dirty));
-                        }
+                // Lock up to `depth` runs of dirty pages, `chunk` pages in
+                // all (pinned pages too: they stay resident either way).
+                w.runs.clear();
+                let mut locked = 0;
+                while p < region.pages.len() && w.runs.len() < depth && locked < chunk {
+                    if !region.pages.try_lock(p, PageState::Dirty) {
+                        p += 1;
+                        continue;
                     }
+                    let start = p;
                     p += 1;
+                    while p < region.pages.len()
+                        && locked + (p - start) < chunk
+                        && region.pages.try_lock(p, PageState::Dirty)
+                    {
+                        p += 1;
+                    }
+                    locked += p - start;
+                    w.runs.push(start..p);
                 }
-                if w.locked.is_empty() {
+                if w.runs.is_empty() {
                     continue;
                 }
-                // Pages of promoted ranges take their range with them.
-                let pooled = match &region.huge {
-                    Some(h) => self.widen_to_promoted(w, region, h),
-                    None => Vec::new(),
-                };
-                // Their policy entries go stale (the policy drops them).
-                if self.evict_locked(w, region, &pooled) > 0 {
-                    written = true;
-                } else if region.write_failure().is_some() {
+                // Written back in place: the pages stay in the cache,
+                // clean, for eviction to drop when it needs their space.
+                let runs = std::mem::take(&mut w.runs);
+                let mut results = std::mem::take(&mut w.write_results);
+                self.write_runs(region, &runs, &mut results);
+                let mut wrote = false;
+                for (run, r) in runs.iter().zip(&results) {
+                    let to = if r.is_ok() {
+                        wrote = true;
+                        PageState::Clean
+                    } else {
+                        PageState::Dirty
+                    };
+                    self.release_run(region, run.clone(), to);
+                }
+                w.runs = runs;
+                w.write_results = results;
+                written |= wrote;
+                if !wrote && region.write_failure().is_some() {
                     break;
                 }
             }
