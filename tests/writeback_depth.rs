@@ -7,6 +7,7 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,6 +120,14 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
         "{}: flush wrote dirty pages one write per batch",
         service.name()
     );
+    // More than the store's depth per batch: the store keeps its queue
+    // full through the batch, which drains only at its end.
+    assert!(
+        flushing > DEPTH,
+        "{}: flush batches of {flushing} writes, the store's depth {DEPTH}: the queue drains \
+         after each",
+        service.name()
+    );
 }
 
 #[test]
@@ -146,4 +155,119 @@ fn dirty_pages_leave_in_batches_of_several_writes() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(st.success(), "in-thread child: {st:?}");
+}
+
+/// A memory store whose batches of writes each take [`SLOW_BATCH`], and
+/// record how far the writer of [`parked_writers_go_on_while_the_pass_writes`]
+/// got during each.
+struct Slow {
+    inner: MemoryStore,
+    progress: Arc<AtomicUsize>,
+    /// Per batch of writes: the writer's progress when it started and ended.
+    batches: Mutex<Vec<(usize, usize)>>,
+}
+
+const SLOW_BATCH: Duration = Duration::from_millis(300);
+
+impl Store for Slow {
+    fn len(&self) -> Result<u64, StoreError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StoreError> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn is_writable(&self) -> bool {
+        true
+    }
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn submit(&self, batch: &mut [IoRequest<'_>]) {
+        let writes = batch.iter().any(|r| r.is_write());
+        let start = self.progress.load(Relaxed);
+        for req in batch.iter_mut().filter(|r| r.result().is_none()) {
+            req.perform(&self.inner);
+        }
+        if writes {
+            std::thread::sleep(SLOW_BATCH);
+            let end = self.progress.load(Relaxed);
+            self.batches.lock().unwrap().push((start, end));
+        }
+    }
+    fn queue_depth(&self) -> usize {
+        DEPTH
+    }
+}
+
+/// A writer the fillers park at the dirty limit goes on as soon as the
+/// evictors' write-back has brought the dirty pages under the limit (after
+/// its first piece), not once the whole pass (down to half the limit) is
+/// written: it makes progress while the pass's second piece is written.
+#[test]
+fn parked_writers_go_on_while_the_pass_writes() {
+    // 32 MiB of cache: a dirty limit of 16 MiB, a pass down to 8 MiB in
+    // pieces of 4 MiB (one write each: the pages are contiguous).
+    const CACHE: usize = 32 << 20;
+    const LEN: usize = 2 * CACHE;
+    let progress = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(Slow {
+        inner: MemoryStore::new(vec![0; LEN]),
+        progress: progress.clone(),
+        batches: Mutex::new(Vec::new()),
+    });
+    let rt = Runtime::builder()
+        .cache_bytes(CACHE as u64)
+        .page_size(PS)
+        .fault_service(FaultService::Fillers)
+        .dirty_tracking(umio::DirtyTracking::Sync)
+        .build()
+        .unwrap();
+    // SAFETY: nothing else reaches the store.
+    let m = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+    }
+    .unwrap();
+    let base = m.as_ptr();
+    let mut written = 0;
+    for p in 0..LEN / PS {
+        if store.batches.lock().unwrap().len() >= 2 {
+            break;
+        }
+        // SAFETY: inside the mapping.
+        unsafe { *base.add(p * PS + 3) = 1 + (p % 251) as u8 };
+        written = p + 1;
+        progress.store(written, Relaxed);
+    }
+    let batches = store.batches.lock().unwrap().clone();
+    assert!(batches.len() >= 2, "{batches:?}");
+    assert!(
+        written > CACHE / 2 / PS,
+        "the writer stopped before the dirty limit: {written} pages"
+    );
+    let (start, end) = batches[1];
+    assert!(
+        end > start,
+        "the writer made no progress while the pass's second piece was written \
+         ({batches:?}): woken only at the end of the pass"
+    );
+    m.flush().unwrap();
+    for p in 0..written {
+        let mut b = [0u8; 1];
+        store.inner.read_at((p * PS + 3) as u64, &mut b).unwrap();
+        assert_eq!(b[0], 1 + (p % 251) as u8, "page {p}");
+    }
 }
