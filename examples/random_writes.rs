@@ -94,7 +94,10 @@ fn main() -> Result<()> {
                 return Err(std::io::Error::last_os_error().into());
             }
             let secs = t.elapsed().as_secs_f64();
-            eprintln!("mmap: loop {loop_secs:.3} s, flush {:.3} s", secs - loop_secs);
+            eprintln!(
+                "mmap: loop {loop_secs:.3} s, flush {:.3} s",
+                secs - loop_secs
+            );
             // SAFETY: the mapping just made, no longer used.
             unsafe { libc::munmap(base, len) };
             (secs, 0, 0, 0, 0)

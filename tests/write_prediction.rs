@@ -46,7 +46,12 @@ fn map(rt: &Runtime, store: &Arc<MemoryStore>) -> Mapping {
 /// Reads one word of each page of `pages`, then, if `write`, stores it
 /// plus one (a load, then a store, as a program that reads a record and
 /// updates it), in the mapping and in `model`.
-fn read_modify_write(m: &Mapping, model: &mut [u8], pages: &[usize], write: impl Fn(usize) -> bool) {
+fn read_modify_write(
+    m: &Mapping,
+    model: &mut [u8],
+    pages: &[usize],
+    write: impl Fn(usize) -> bool,
+) {
     let base = m.as_ptr();
     for &p in pages {
         let at = p * PAGE + 8 * (p % 511);

@@ -120,14 +120,53 @@ fn dirty_pages_leave_in_batches(service: FaultService) {
         "{}: flush wrote dirty pages one write per batch",
         service.name()
     );
-    // More than the store's depth per batch: the store keeps its queue
-    // full through the batch, which drains only at its end.
+}
+
+/// A flush's batches hold several times the store's depth of writes (the
+/// store keeps its queue full through a batch, which drains only at its
+/// end), not one depth's worth each. The cache holds every page written:
+/// nothing is evicted, every dirty page is the flush's. The flush runs in
+/// the caller's thread, whatever the fault service.
+#[test]
+fn flush_batches_hold_several_store_depths() {
+    let store = Arc::new(Recording {
+        inner: MemoryStore::new(vec![0; PAGES * PS]),
+        write_batches: Mutex::new(Vec::new()),
+    });
+    let rt = Runtime::builder()
+        .cache_bytes((4 * PAGES * PS) as u64)
+        .page_size(PS)
+        .build()
+        .unwrap();
+    // SAFETY: nothing else reaches the store.
+    let m = unsafe {
+        rt.map(
+            MapOptions::new()
+                .store(store.clone())
+                .writable(true)
+                .prefetch(PrefetchKind::None),
+        )
+    }
+    .unwrap();
+    let base = m.as_ptr();
+    // Every other page of the first 512 (no two adjacent: a write each).
+    for p in (0..512).step_by(2) {
+        // SAFETY: inside the mapping.
+        unsafe { *base.add(p * PS + 5) = 1 + (p % 200) as u8 };
+    }
+    assert_eq!(m.dirty_pages(), 256);
+    m.flush().unwrap();
+    let batches = store.write_batches.lock().unwrap().clone();
+    assert_eq!(batches.iter().sum::<usize>(), 256, "{batches:?}");
     assert!(
-        flushing > DEPTH,
-        "{}: flush batches of {flushing} writes, the store's depth {DEPTH}: the queue drains \
-         after each",
-        service.name()
+        batches.iter().all(|&n| n > DEPTH) || batches.len() == 1,
+        "flush batches of at most the store's depth ({DEPTH}): {batches:?}"
     );
+    for p in (0..512).step_by(2) {
+        let mut b = [0u8; 1];
+        store.inner.read_at((p * PS + 5) as u64, &mut b).unwrap();
+        assert_eq!(b[0], 1 + (p % 200) as u8, "page {p}");
+    }
 }
 
 #[test]
@@ -157,9 +196,10 @@ fn dirty_pages_leave_in_batches_of_several_writes() {
     assert!(st.success(), "in-thread child: {st:?}");
 }
 
-/// A memory store whose batches of writes each take [`SLOW_BATCH`], and
-/// record how far the writer of [`parked_writers_go_on_while_the_pass_writes`]
-/// got during each.
+/// A memory store whose batches of writes each take [`SLOW_BATCH`] (the
+/// second one until the writer of
+/// [`parked_writers_go_on_while_the_pass_writes`] makes progress, or
+/// [`PROGRESS_WAIT`]), and record how far that writer got during each.
 struct Slow {
     inner: MemoryStore,
     progress: Arc<AtomicUsize>,
@@ -168,6 +208,9 @@ struct Slow {
 }
 
 const SLOW_BATCH: Duration = Duration::from_millis(300);
+/// A hang detector, not a speed check: how long the second batch waits for
+/// the writer's progress.
+const PROGRESS_WAIT: Duration = Duration::from_secs(20);
 
 impl Store for Slow {
     fn len(&self) -> Result<u64, StoreError> {
@@ -199,6 +242,12 @@ impl Store for Slow {
         }
         if writes {
             std::thread::sleep(SLOW_BATCH);
+            if self.batches.lock().unwrap().len() == 1 {
+                let t = Instant::now();
+                while self.progress.load(Relaxed) == start && t.elapsed() < PROGRESS_WAIT {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
             let end = self.progress.load(Relaxed);
             self.batches.lock().unwrap().push((start, end));
         }

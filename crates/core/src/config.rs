@@ -61,7 +61,8 @@ pub struct Builder {
     dirty_tracking: Option<DirtyTracking>,
     trace_faults: bool,
     page_cache: bool,
-    write_prediction: bool,
+    /// `None`: `UMIO_WRITE_PREDICTION`, else on.
+    write_prediction: Option<bool>,
     remove_events: bool,
 }
 
@@ -113,7 +114,7 @@ impl Default for Builder {
             remove_events: DEFAULT_REMOVE_EVENTS,
             trace_faults: false,
             page_cache: false,
-            write_prediction: true,
+            write_prediction: None,
         }
     }
 }
@@ -363,10 +364,11 @@ impl Builder {
     /// turns off when the writes stop; a wrong prediction costs a write-back
     /// of an unchanged page. Counted in [`Stats::predicted_writes`](crate::Stats::predicted_writes).
     /// Nothing changes with [`DirtyTracking::Async`], whose first writes
-    /// cost no fault. `UMIO_WRITE_PREDICTION` (`0` or `1`) in the
-    /// environment.
+    /// cost no fault. Unless set here, the runtime takes
+    /// `UMIO_WRITE_PREDICTION` (`0` or `1`) from the environment; a
+    /// malformed value fails [`build`](Builder::build).
     pub fn write_prediction(mut self, on: bool) -> Self {
-        self.write_prediction = on;
+        self.write_prediction = Some(on);
         self
     }
 
@@ -406,7 +408,7 @@ impl Builder {
             self.page_cache = on;
         }
         if let Some(on) = env.write_prediction {
-            self.write_prediction = on;
+            self.write_prediction = Some(on);
         }
         if let Some(on) = env.remove_events {
             self.remove_events = on;
@@ -500,6 +502,15 @@ impl Builder {
                 None => DirtyTracking::default(),
             },
         };
+        let write_prediction = match self.write_prediction {
+            Some(on) => on,
+            None => match env_var("UMIO_WRITE_PREDICTION") {
+                Some(v) => crate::env::on_off(v.trim()).ok_or(Error::InvalidArgument(
+                    "UMIO_WRITE_PREDICTION is not 0 or 1",
+                ))?,
+                None => true,
+            },
+        };
         Builder::check_fillers(self.fillers)?;
         Builder::check_max_fault_events(self.max_fault_events)?;
         if let Some(n) = self.queue_depth {
@@ -535,7 +546,7 @@ impl Builder {
                 fillers: self.fillers,
                 evictors: self.evictors,
                 page_cache: self.page_cache,
-                write_prediction: self.write_prediction,
+                write_prediction,
                 fault_service,
                 dirty_tracking,
                 remove_events: self.remove_events,

@@ -340,7 +340,7 @@ fn cache_bytes(v: &str) -> Result<EnvCache> {
     }
 }
 
-fn on_off(v: &str) -> Option<bool> {
+pub(crate) fn on_off(v: &str) -> Option<bool> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),

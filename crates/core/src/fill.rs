@@ -328,7 +328,9 @@ impl Shared {
     /// dirty now without waiting ([`may_dirty_now`](Shared::may_dirty_now)).
     /// Signal-safe: atomics.
     fn predicts_write(&self, region: &Region) -> bool {
-        self.predicts_writes_at_all() && region.writes.predicts_write() && self.may_dirty_now(region)
+        self.predicts_writes_at_all()
+            && region.writes.predicts_write()
+            && self.may_dirty_now(region)
     }
 
     /// Whether a page of `region` may become dirty now without a wait:

@@ -67,7 +67,11 @@ impl WritePredictor {
     /// write predicted), or clean (a probe, when the caller then
     /// [`probed`](WritePredictor::probed) it).
     pub fn predicts_write(&self) -> bool {
-        self.predicting() && !self.predicted.fetch_add(1, Relaxed).is_multiple_of(PROBE_EVERY)
+        self.predicting()
+            && !self
+                .predicted
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(PROBE_EVERY)
     }
 
     /// A read miss of `page` was filled clean, write-protected.

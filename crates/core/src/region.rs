@@ -9,8 +9,8 @@ use crate::rcu::RcuCell;
 use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
-use crate::predict::WritePredictor;
 use crate::huge::HugeState;
+use crate::predict::WritePredictor;
 use crate::prefetch::{Advice, Prefetcher};
 use crate::stats::RegionCounters;
 use crate::store_slots::StoreSlots;

@@ -326,7 +326,9 @@ impl std::fmt::Display for Stats {
     /// write-back: 40 writes, 4.0 MiB, 0 errors
     /// ```
     ///
-    /// with a `batches:` line (store reads in flight per batch
+    /// with a `write prediction:` line when read misses were filled dirty
+    /// ([`predicted_writes`](Stats::predicted_writes)), a `batches:` line
+    /// (store reads in flight per batch
     /// submitted, mean and max) when reads were submitted in batches, a
     /// `huge pages:` line when there were huge-page faults,
     /// promotions or a huge-page pool, and a `no progress:` line when a
