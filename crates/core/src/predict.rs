@@ -79,8 +79,9 @@ impl WritePredictor {
         self.recent[page % SLOTS].store(page.wrapping_add(1), Relaxed);
         let _ = self.counts.fetch_update(Relaxed, Relaxed, |c| {
             let (probes, hits) = split(c);
+            // Probes never pass WINDOW: halved when they reach it.
             let (probes, hits) = if probes + 1 >= WINDOW {
-                ((probes + 1) / 2, hits / 2)
+                (WINDOW / 2, hits / 2)
             } else {
                 (probes + 1, hits)
             };
