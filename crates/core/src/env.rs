@@ -393,6 +393,7 @@ mod tests {
             ("UMIO_PAGE_CACHE", "on"),
             ("UMIO_REMOVE_EVENTS", "1"),
             ("UMIO_DIRTY_TRACKING", "Sync"),
+            ("UMIO_WRITE_PREDICTION", "0"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -412,6 +413,7 @@ mod tests {
         assert_eq!(e.page_cache, Some(true));
         assert_eq!(e.remove_events, Some(true));
         assert_eq!(e.dirty_tracking, Some(DirtyTracking::Sync));
+        assert_eq!(e.write_prediction, Some(false));
     }
 
     #[test]
