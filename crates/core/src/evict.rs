@@ -162,6 +162,12 @@ impl Shared {
                 // Their policy entries go stale (the policy drops them).
                 if self.evict_locked(w, region, &pooled) > 0 {
                     written = true;
+                    // Below the limit again: the writers parked at it go
+                    // on now, while the rest of the pass is written,
+                    // rather than after it.
+                    if pool.dirty.load(Relaxed) < pool.dirty_limit() {
+                        self.wake_parked_writers(pool);
+                    }
                 } else if region.write_failure().is_some() {
                     break;
                 }

@@ -379,6 +379,10 @@ impl Shared {
             self.count_dirty(region, 1);
             self.counters().wp_faults.fetch_add(1, Relaxed);
             region.stats.hits.fetch_add(1, Relaxed);
+            if self.predicts_writes_at_all() {
+                // Evidence for the write prediction (`predict.rs`).
+                region.writes.first_write(page);
+            }
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);

@@ -10,6 +10,7 @@ use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
 use crate::huge::HugeState;
+use crate::predict::WritePredictor;
 use crate::prefetch::{Advice, Prefetcher};
 use crate::stats::RegionCounters;
 use crate::store_slots::StoreSlots;
@@ -73,6 +74,8 @@ pub(crate) struct Region {
     /// Served in the faulting thread (`FaultService::InThread`: registered
     /// with the runtime's in-thread userfaultfd), else by the fillers.
     pub in_thread: bool,
+    /// Whether read misses are followed by writes (`predict.rs`).
+    pub writes: WritePredictor,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -156,6 +159,7 @@ impl Region {
             huge: None,
             store_slots: StoreSlots::default(),
             in_thread: false,
+            writes: WritePredictor::default(),
         })
     }
 

@@ -21,6 +21,8 @@ use crate::shared::Shared;
 const MAX_WRITE: usize = 8 << 20;
 /// Most bytes one batch of write-back requests holds busy.
 const MAX_BATCH: usize = 32 << 20;
+/// Runs of a flush's batch, in store depths.
+const BATCH_DEPTHS: usize = 4;
 
 impl Shared {
     /// Writes runs of pages held busy and dirty to the store:
@@ -190,7 +192,11 @@ impl Shared {
         self.harvest(region, pages.clone());
         let mut first: Option<StoreError> = None;
         let max_run = (MAX_WRITE / region.page_size).max(1);
-        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        // Several times the store's depth per batch: the store keeps its
+        // queue full as writes complete (`Store::submit`), and the queue
+        // drains (waiting for the batch's slowest write) once per batch,
+        // not once per queue's worth.
+        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS) * BATCH_DEPTHS;
         let mut runs: Vec<Range<usize>> = Vec::new();
         let mut results = Vec::new();
         let mut i = pages.start;
