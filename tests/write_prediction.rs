@@ -10,8 +10,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{Rng, assert_same, random_bytes};
-use umio::backends::MemoryStore;
-use umio::{DirtyTracking, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Stats};
+use umio::backends::{CopyOnWrite, FaultTrigger, FaultyStore, MemoryStore};
+use umio::{
+    DirtyTracking, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Stats, Store,
+};
 
 const PAGE: usize = 4096;
 const PAGES: usize = 2048;
@@ -30,7 +32,7 @@ fn runtime(service: FaultService, predict: bool) -> Runtime {
         .unwrap()
 }
 
-fn map(rt: &Runtime, store: &Arc<MemoryStore>) -> Mapping {
+fn map<S: Store>(rt: &Runtime, store: &Arc<S>) -> Mapping {
     // SAFETY: nothing else reaches the store.
     unsafe {
         rt.map(
@@ -186,5 +188,79 @@ fn prediction_ends_when_the_writes_stop() {
         assert_eq!(delta(&rt.stats(), &before).0, 8, "{what}");
         m.flush().unwrap();
         assert_same(&store.snapshot(), &model, &what);
+    }
+}
+
+/// A private copy never fills a read miss dirty on a guess: writing an
+/// unchanged page back would copy it into the scratch file for good, and
+/// the page would no longer be the file's. Both ways one is made:
+/// `Runtime::map_copy` (`MAP_PRIVATE`), and a `CopyOnWrite` store mapped
+/// writable (the shim's private mappings). Every first write faults; the
+/// file is never written.
+#[test]
+fn private_copies_never_predict() {
+    for service in SERVICES {
+        for how in ["map_copy", "CopyOnWrite store"] {
+            let what = format!("{service:?}, {how}");
+            let data = random_bytes(PAGES * PAGE, 8);
+            let (tmp, file) = common::file_with(&data);
+            let rt = runtime(service, true);
+            let m = if how == "map_copy" {
+                // SAFETY: nothing else changes the file.
+                unsafe { rt.map_copy(&file, MapOptions::new().prefetch(PrefetchKind::None)) }
+                    .unwrap()
+            } else {
+                let lower = MemoryStore::new(data.clone());
+                let cow = CopyOnWrite::new(Box::new(lower), 0, (PAGES * PAGE) as u64, None)
+                    .unwrap();
+                map(&rt, &Arc::new(cow))
+            };
+            let mut model = data.clone();
+            read_modify_write(&m, &mut model, &shuffled(PAGES, 9), |_| true);
+            let st = rt.stats();
+            assert_eq!(st.predicted_writes, 0, "{what}: {st}");
+            assert_eq!(st.wp_faults, PAGES as u64, "{what}: {st}");
+            m.flush().unwrap();
+            assert_same(m.as_slice(), &model, &what);
+            assert_same(&std::fs::read(tmp.path()).unwrap(), &data, &what);
+        }
+    }
+}
+
+/// A store that fails its writes once the program has written (the
+/// prediction on) and flushed: the pages the program then only reads,
+/// filled dirty on the guess, hold the store's bytes. The program wrote
+/// nothing since its flush, so its next flush succeeds, as `msync` of a
+/// kernel mapping would, and those pages are clean, not stuck dirty for
+/// as long as the store fails. The failure is noted: no more guesses.
+#[test]
+fn guesses_of_a_failing_store_are_not_stuck_dirty() {
+    for service in SERVICES {
+        let what = format!("{service:?}");
+        let data = random_bytes(PAGES * PAGE, 10);
+        let store = Arc::new(FaultyStore::new(MemoryStore::new(data.clone())));
+        let rt = runtime(service, true);
+        let m = map(&rt, &store);
+        let mut model = data.clone();
+        let order = shuffled(PAGES, 11);
+        read_modify_write(&m, &mut model, &order[..PAGES / 4], |_| true);
+        m.flush().unwrap();
+        assert_same(&store.inner().snapshot(), &model, &what);
+        store.fail_writes(FaultTrigger::Always, libc::ENOSPC);
+        let before = rt.stats();
+        read_modify_write(&m, &mut model, &order[PAGES / 4..PAGES / 2], |_| false);
+        let guessed = delta(&rt.stats(), &before).1;
+        assert!(guessed > 0, "{what}: no read filled dirty: {}", rt.stats());
+        assert_eq!(m.dirty_pages(), guessed as usize, "{what}");
+        m.flush()
+            .unwrap_or_else(|e| panic!("{what}: a flush after reads alone failed: {e}"));
+        assert_eq!(m.dirty_pages(), 0, "{what}");
+        // Noted: the next reads are filled clean.
+        let before = rt.stats();
+        read_modify_write(&m, &mut model, &order[PAGES / 2..PAGES / 2 + 64], |_| false);
+        assert_eq!(delta(&rt.stats(), &before).1, 0, "{what}");
+        assert_eq!(m.dirty_pages(), 0, "{what}");
+        assert_same(m.as_slice(), &model, &what);
+        assert_same(&store.inner().snapshot(), &model, &what);
     }
 }

@@ -241,7 +241,7 @@ impl Shared {
         let addr = region.page_addr(page);
         // A read miss of a region whose read misses are followed by writes
         // (`predict.rs`): filled dirty, its write then costs no fault.
-        let predicted = !write && region.writable && self.predicts_write(region);
+        let predicted = !write && self.predicts_write(region);
         let dirty = (write || predicted) && region.writable;
         let wp = region.writable && !dirty;
         // DONTWAKE: the faulting thread must not run (and, say, call
@@ -288,7 +288,7 @@ impl Shared {
             self.counters().write_misses.fetch_add(1, Relaxed);
         } else {
             self.counters().read_misses.fetch_add(1, Relaxed);
-            if wp && self.predicts_writes_at_all() {
+            if wp && self.predicts_writes_in(region) {
                 // Filled clean, write-protected: a probe of the prediction.
                 region.writes.probed(page);
             }
@@ -299,6 +299,11 @@ impl Shared {
         // take the page (a write miss taken first would be written back
         // without the write, then faulted in and written again).
         region.pages.mark_referenced(page);
+        if predicted {
+            // Dirty on a guess, perhaps never written: if its write-back
+            // fails, it is compared with the store (`write_runs`).
+            region.pages.mark_guessed(page);
+        }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(
             page,
@@ -323,12 +328,19 @@ impl Shared {
         self.pagemap().is_none() && self.cfg().write_prediction
     }
 
+    /// [`predicts_writes_at_all`](Shared::predicts_writes_at_all), for a
+    /// region that may fill pages dirty on a guess: writable, and not a
+    /// private copy of its store (`Region::may_predict_writes`).
+    pub(crate) fn predicts_writes_in(&self, region: &Region) -> bool {
+        region.may_predict_writes && self.predicts_writes_at_all()
+    }
+
     /// Whether a read miss of `region` is to be filled dirty: its read
     /// misses are followed by writes (`predict.rs`) and a page may become
     /// dirty now without waiting ([`may_dirty_now`](Shared::may_dirty_now)).
     /// Signal-safe: atomics.
     fn predicts_write(&self, region: &Region) -> bool {
-        self.predicts_writes_at_all()
+        self.predicts_writes_in(region)
             && region.writes.predicts_write()
             && self.may_dirty_now(region)
     }
