@@ -264,3 +264,46 @@ fn guesses_of_a_failing_store_are_not_stuck_dirty() {
         assert_same(&store.inner().snapshot(), &model, &what);
     }
 }
+
+/// A writer that keeps meeting the dirty limit (reads, each followed by a
+/// write, at random over four times the cache): the limit (half the
+/// cache) holds, in both fault services. A writer waiting at the limit
+/// asks for a pass of write-back, again and again in-thread, while one is
+/// under way; the pass after it, finding the pool already down, was taken
+/// for one that could write nothing, and from then on every writer went
+/// past the limit (and every read miss, the pool over the limit, was
+/// filled clean: no prediction).
+#[test]
+fn the_dirty_limit_holds_for_a_writer_that_keeps_meeting_it() {
+    const CACHE: usize = 16 << 20;
+    const LEN: usize = 4 * CACHE;
+    let limit = CACHE / 2 / PAGE;
+    for service in SERVICES {
+        let what = format!("{service:?}");
+        let store = Arc::new(MemoryStore::new(vec![0; LEN]));
+        let rt = Runtime::builder()
+            .cache_bytes(CACHE as u64)
+            .page_size(PAGE)
+            .fault_service(service)
+            .dirty_tracking(DirtyTracking::Sync)
+            .build()
+            .unwrap();
+        let m = map(&rt, &store);
+        let mut model = vec![0; LEN];
+        let mut rng = Rng::new(12);
+        let mut most = 0;
+        for _ in 0..1024 {
+            let pages: Vec<usize> = (0..48).map(|_| rng.below(LEN / PAGE)).collect();
+            read_modify_write(&m, &mut model, &pages, |_| true);
+            most = most.max(m.dirty_pages());
+        }
+        let st = rt.stats();
+        assert!(
+            most <= limit + 16,
+            "{what}: {most} pages dirty, the limit {limit}: {st}"
+        );
+        assert!(st.evicted_dirty_pages > 0, "{what}: {st}");
+        m.flush().unwrap();
+        assert_same(&store.snapshot(), &model, &what);
+    }
+}

@@ -121,9 +121,17 @@ impl Shared {
         if !pool.dirty_wanted.swap(false, Relaxed) {
             return;
         }
+        let under = || pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2;
+        if under() {
+            // Asked for while a pass was under way, which has brought the
+            // pool down since: nothing to write, and nothing is stuck.
+            // (Taken for stuck, it let every writer past the limit, for
+            // good: writers past it ask for no pass.)
+            pool.writeback_stuck.store(false, Relaxed);
+            return;
+        }
         let table = self.regions();
         let mut written = false;
-        let under = || pool.dirty.load(Relaxed) <= pool.dirty_limit() / 2;
         for region in table.all() {
             if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
                 continue;
@@ -177,8 +185,9 @@ impl Shared {
             }
         }
         // Nothing written (the dirty pages' store fails, or they are
-        // pinned or busy): writers stop waiting for this pass.
-        pool.writeback_stuck.store(!written, Relaxed);
+        // pinned or busy) and still over: writers stop waiting for this
+        // pass.
+        pool.writeback_stuck.store(!written && !under(), Relaxed);
     }
 
     /// Logs, once per wait, a wait for cache space or for dirty pages to

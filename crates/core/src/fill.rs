@@ -283,6 +283,7 @@ impl Shared {
         }
         if predicted {
             self.counters().predicted_writes.fetch_add(1, Relaxed);
+            region.stats.predicted_writes.fetch_add(1, Relaxed);
             self.counters().read_misses.fetch_add(1, Relaxed);
         } else if dirty {
             self.counters().write_misses.fetch_add(1, Relaxed);
@@ -412,11 +413,18 @@ impl Shared {
             // the dirty pages back for a waiting writer: no limit then.
             if dirty <= pool.dirty_limit()
                 || self.cfg().evictors == 0
-                || pool.writeback_stuck.load(Relaxed)
                 || region.is_closing()
                 || region.is_taking()
                 || self.is_shutting_down()
             {
+                return Ok(DirtyNow::Go);
+            }
+            if pool.writeback_stuck.load(Relaxed) {
+                // The last pass could write nothing: past the limit, but
+                // the evictors' next round tries again (no kick: at their
+                // pace), so that the limit holds again once the dirty
+                // pages can be written.
+                pool.dirty_wanted.store(true, Relaxed);
                 return Ok(DirtyNow::Go);
             }
             // At the limit: the evictors write dirty pages back (and drop

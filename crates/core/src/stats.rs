@@ -266,6 +266,9 @@ region_counters! {
     reads_submitted,
     /// The most store reads one of those batches put in flight at once.
     max_reads_in_flight,
+    /// Read misses filled dirty because the region's read misses are
+    /// nearly all followed by a write (see [`Stats::predicted_writes`]).
+    predicted_writes,
 }
 
 impl RegionStats {
