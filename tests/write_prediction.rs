@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use common::{Rng, assert_same, random_bytes};
 use umio::backends::{CopyOnWrite, FaultTrigger, FaultyStore, MemoryStore};
-use umio::{
-    DirtyTracking, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Stats, Store,
-};
+use umio::{DirtyTracking, FaultService, MapOptions, Mapping, PrefetchKind, Runtime, Stats, Store};
 
 const PAGE: usize = 4096;
 const PAGES: usize = 2048;
@@ -211,8 +209,8 @@ fn private_copies_never_predict() {
                     .unwrap()
             } else {
                 let lower = MemoryStore::new(data.clone());
-                let cow = CopyOnWrite::new(Box::new(lower), 0, (PAGES * PAGE) as u64, None)
-                    .unwrap();
+                let cow =
+                    CopyOnWrite::new(Box::new(lower), 0, (PAGES * PAGE) as u64, None).unwrap();
                 map(&rt, &Arc::new(cow))
             };
             let mut model = data.clone();

@@ -129,7 +129,10 @@ impl Shared {
             // write-protected: nothing changes or drops it meanwhile.
             let page =
                 unsafe { std::slice::from_raw_parts(region.page_addr(p) as *const u8, valid) };
-            match region.store.read_at(region.store_offset(p), &mut scratch[..valid]) {
+            match region
+                .store
+                .read_at(region.store_offset(p), &mut scratch[..valid])
+            {
                 // Short only at the store's end: the rest of the page
                 // reads as zeros.
                 Ok(n) => page[..n] == scratch[..n] && page[n..].iter().all(|&b| b == 0),

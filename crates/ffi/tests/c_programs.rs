@@ -328,7 +328,12 @@ fn write_prediction_is_counted_and_taken_from_the_environment() {
             Some(v) => env.extend([("UMIO_WRITE_PREDICTION", v), ("EXPECT_PREDICTED", "0")]),
             None => env.push(("EXPECT_PREDICTED", "1")),
         }
-        check(&test_c("write_prediction"), build, &env, "write_prediction: ok");
+        check(
+            &test_c("write_prediction"),
+            build,
+            &env,
+            "write_prediction: ok",
+        );
     }
 }
 
