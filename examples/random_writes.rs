@@ -88,11 +88,16 @@ fn main() -> Result<()> {
             for _ in 0..ops {
                 rmw(base as *mut u8, next());
             }
+            let loop_secs = t.elapsed().as_secs_f64();
             // SAFETY: the mapping just made.
             if unsafe { libc::msync(base, len, libc::MS_SYNC) } != 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
             let secs = t.elapsed().as_secs_f64();
+            eprintln!(
+                "mmap: loop {loop_secs:.3} s, flush {:.3} s",
+                secs - loop_secs
+            );
             // SAFETY: the mapping just made, no longer used.
             unsafe { libc::munmap(base, len) };
             (secs, 0, 0, 0, 0)
@@ -112,13 +117,15 @@ fn main() -> Result<()> {
             for _ in 0..ops {
                 rmw(base, next());
             }
+            let loop_secs = t.elapsed().as_secs_f64();
             map.flush()?;
             let secs = t.elapsed().as_secs_f64();
             let s = rt.stats();
             eprintln!(
-                "{side}: tracking {:?}, service {:?}\n{s}",
+                "{side}: tracking {:?}, service {:?}, loop {loop_secs:.3} s, flush {:.3} s\n{s}",
                 rt.dirty_tracking(),
-                rt.fault_service()
+                rt.fault_service(),
+                secs - loop_secs
             );
             map.unmap()?;
             (

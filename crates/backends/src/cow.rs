@@ -167,6 +167,10 @@ impl Store for CopyOnWrite {
     fn name(&self) -> &str {
         "copy-on-write file"
     }
+
+    fn is_private_copy(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

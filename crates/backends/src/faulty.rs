@@ -214,6 +214,9 @@ impl<S: Store> Store for FaultyStore<S> {
     fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
         self.inner.punch_hole(offset, len)
     }
+    fn is_private_copy(&self) -> bool {
+        self.inner.is_private_copy()
+    }
     // `as_mapped` stays `None`: every read passes through the rules.
 }
 

@@ -197,6 +197,16 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Whether the store keeps a private copy of what is written to it
+    /// rather than writing what it stands for (a `MAP_PRIVATE` view:
+    /// [`CopyOnWrite`]). umio then never fills a page dirty on a guess
+    /// that it will be written (umio-core's `Builder::write_prediction`):
+    /// writing an unchanged page back would copy it for good. Default:
+    /// false.
+    fn is_private_copy(&self) -> bool {
+        false
+    }
+
     /// Discards the bytes `[offset, offset + len)`: they read as zeros
     /// afterwards, and the store may free their space (`fallocate`'s
     /// `PUNCH_HOLE` on a file; `MADV_REMOVE` on a umio mapping asks for
@@ -252,6 +262,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn as_mapped(&self) -> Option<&[u8]> {
         (**self).as_mapped()
+    }
+    fn is_private_copy(&self) -> bool {
+        (**self).is_private_copy()
     }
     fn punch_hole(&self, offset: u64, len: u64) -> Result<(), StoreError> {
         (**self).punch_hole(offset, len)

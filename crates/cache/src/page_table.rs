@@ -6,6 +6,7 @@ const REFERENCED: u8 = 0b1000;
 const WAITERS: u8 = 0b1_0000;
 const PINNED: u8 = 0b10_0000;
 const EVICTING: u8 = 0b100_0000;
+const GUESSED: u8 = 0b1000_0000;
 
 /// The stable states of a page of a region.
 ///
@@ -189,7 +190,13 @@ impl PageTable {
         let mut v = cell.load(Ordering::Relaxed);
         loop {
             debug_assert!(v & BUSY != 0, "unlock of a page that is not busy");
-            let new = (v & (REFERENCED | PINNED)) | to as u8;
+            // A guess outlives a failed write-back (Dirty again), no more.
+            let keep = if to == PageState::Dirty {
+                REFERENCED | PINNED | GUESSED
+            } else {
+                REFERENCED | PINNED
+            };
+            let new = (v & keep) | to as u8;
             match cell.compare_exchange_weak(v, new, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return v & WAITERS != 0,
                 Err(now) => v = now,
@@ -234,6 +241,29 @@ impl PageTable {
     #[inline]
     pub fn take_referenced(&self, page: usize) -> bool {
         self.states[page].fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
+    }
+
+    /// Marks a page this thread holds busy as dirty on a guess (a page
+    /// filled dirty because a write was expected, which may never come):
+    /// the mark lasts while the page stays `Dirty`, across unlocks, and
+    /// goes when it becomes `Clean` or `Empty`.
+    #[inline]
+    pub fn mark_guessed(&self, page: usize) {
+        debug_assert!(self.states[page].load(Ordering::Relaxed) & BUSY != 0);
+        self.states[page].fetch_or(GUESSED, Ordering::Relaxed);
+    }
+
+    /// Clears the page's [`mark_guessed`](PageTable::mark_guessed) mark
+    /// (it was written after all).
+    #[inline]
+    pub fn clear_guessed(&self, page: usize) {
+        self.states[page].fetch_and(!GUESSED, Ordering::Relaxed);
+    }
+
+    /// Whether the page is marked [dirty on a guess](PageTable::mark_guessed).
+    #[inline]
+    pub fn is_guessed(&self, page: usize) -> bool {
+        self.states[page].load(Ordering::Acquire) & GUESSED != 0
     }
 
     /// Pins the page: eviction leaves it alone. Returns whether it was not
@@ -341,6 +371,32 @@ mod tests {
         assert_eq!(t.count(PageState::Clean), 1);
         assert_eq!(t.count_resident(), 1);
         assert_eq!(t.count(PageState::Empty), 3);
+    }
+
+    #[test]
+    fn a_guess_lasts_while_the_page_stays_dirty() {
+        let t = PageTable::new(1);
+        assert!(t.try_lock(0, PageState::Empty));
+        t.mark_guessed(0);
+        let _ = t.unlock(0, PageState::Dirty);
+        assert!(t.is_guessed(0));
+        assert_eq!(t.get(0), Observed::Stable(PageState::Dirty));
+        // A failed write-back: Dirty again, still a guess.
+        assert!(t.try_lock(0, PageState::Dirty));
+        let _ = t.unlock(0, PageState::Dirty);
+        assert!(t.is_guessed(0));
+        // Written back: clean, a guess no more.
+        assert!(t.try_lock(0, PageState::Dirty));
+        let _ = t.unlock(0, PageState::Clean);
+        assert!(!t.is_guessed(0));
+        assert!(t.try_lock(0, PageState::Clean));
+        let _ = t.unlock(0, PageState::Dirty);
+        assert!(!t.is_guessed(0));
+        assert!(t.try_lock(0, PageState::Dirty));
+        t.mark_guessed(0);
+        t.clear_guessed(0);
+        let _ = t.unlock(0, PageState::Dirty);
+        assert!(!t.is_guessed(0));
     }
 
     #[test]

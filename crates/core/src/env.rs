@@ -26,6 +26,7 @@
 //! | userfaultfd mode | `UMIO_UFFD_MODE` | |
 //! | dirty tracking | `UMIO_DIRTY_TRACKING` | |
 //! | kernel page cache | `UMIO_PAGE_CACHE` | |
+//! | write prediction | `UMIO_WRITE_PREDICTION` | |
 //! | remove events | `UMIO_REMOVE_EVENTS` | |
 //!
 //! Sizes take [`parse_size`]'s syntax (`64K`, `2M`). A malformed value is an
@@ -118,6 +119,8 @@ pub struct EnvConfig {
     pub dirty_tracking: Option<DirtyTracking>,
     /// `UMIO_PAGE_CACHE`.
     pub page_cache: Option<bool>,
+    /// `UMIO_WRITE_PREDICTION`.
+    pub write_prediction: Option<bool>,
     /// `UMIO_REMOVE_EVENTS`.
     pub remove_events: Option<bool>,
 }
@@ -237,6 +240,11 @@ impl EnvConfig {
                 DirtyTracking::from_name,
             )?,
             page_cache: r.parse("UMIO_PAGE_CACHE", "UMIO_PAGE_CACHE is not 0 or 1", on_off)?,
+            write_prediction: r.parse(
+                "UMIO_WRITE_PREDICTION",
+                "UMIO_WRITE_PREDICTION is not 0 or 1",
+                on_off,
+            )?,
             remove_events: r.parse(
                 "UMIO_REMOVE_EVENTS",
                 "UMIO_REMOVE_EVENTS is not 0 or 1",
@@ -332,7 +340,7 @@ fn cache_bytes(v: &str) -> Result<EnvCache> {
     }
 }
 
-fn on_off(v: &str) -> Option<bool> {
+pub(crate) fn on_off(v: &str) -> Option<bool> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
@@ -385,6 +393,7 @@ mod tests {
             ("UMIO_PAGE_CACHE", "on"),
             ("UMIO_REMOVE_EVENTS", "1"),
             ("UMIO_DIRTY_TRACKING", "Sync"),
+            ("UMIO_WRITE_PREDICTION", "0"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -404,6 +413,7 @@ mod tests {
         assert_eq!(e.page_cache, Some(true));
         assert_eq!(e.remove_events, Some(true));
         assert_eq!(e.dirty_tracking, Some(DirtyTracking::Sync));
+        assert_eq!(e.write_prediction, Some(false));
     }
 
     #[test]

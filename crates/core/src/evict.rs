@@ -190,6 +190,12 @@ impl Shared {
                 w.runs = runs;
                 w.write_results = results;
                 written |= wrote;
+                // Below the limit again: the writers parked at it go on
+                // now, while the rest of the pass is written, rather than
+                // after it.
+                if wrote && pool.dirty.load(Relaxed) < pool.dirty_limit() {
+                    self.wake_parked_writers(pool);
+                }
                 if !wrote && region.write_failure().is_some() {
                     break;
                 }

@@ -379,6 +379,15 @@ impl Shared {
             self.count_dirty(region, 1);
             self.counters().wp_faults.fetch_add(1, Relaxed);
             region.stats.hits.fetch_add(1, Relaxed);
+            if self.predicts_writes_in(region) {
+                // Evidence for the write prediction (`predict.rs`).
+                region.writes.first_write(page);
+            }
+        }
+        if was == PageState::Dirty && to == PageState::Dirty {
+            // Written after all (a page filled dirty on a guess whose
+            // write-back failed, write-protected since).
+            region.pages.clear_guessed(page);
         }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(page, to);

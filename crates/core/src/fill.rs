@@ -239,7 +239,10 @@ impl Shared {
     ) -> Result<(), bool> {
         let ps = region.page_size;
         let addr = region.page_addr(page);
-        let dirty = write && region.writable;
+        // A read miss of a region whose read misses are followed by writes
+        // (`predict.rs`): filled dirty, its write then costs no fault.
+        let predicted = !write && self.predicts_write(region);
+        let dirty = (write || predicted) && region.writable;
         let wp = region.writable && !dirty;
         // DONTWAKE: the faulting thread must not run (and, say, call
         // `flush` after a write) before the page's state is recorded.
@@ -277,9 +280,19 @@ impl Shared {
         self.trace_step(Step::Installed);
         if dirty {
             self.count_dirty(region, 1);
+        }
+        if predicted {
+            self.counters().predicted_writes.fetch_add(1, Relaxed);
+            region.stats.predicted_writes.fetch_add(1, Relaxed);
+            self.counters().read_misses.fetch_add(1, Relaxed);
+        } else if dirty {
             self.counters().write_misses.fetch_add(1, Relaxed);
         } else {
             self.counters().read_misses.fetch_add(1, Relaxed);
+            if wp && self.predicts_writes_in(region) {
+                // Filled clean, write-protected: a probe of the prediction.
+                region.writes.probed(page);
+            }
         }
         // A miss is a use of the page (a prefetched page has had none): a
         // second-chance policy keeps it once more, time the woken thread
@@ -287,6 +300,11 @@ impl Shared {
         // take the page (a write miss taken first would be written back
         // without the write, then faulted in and written again).
         region.pages.mark_referenced(page);
+        if predicted {
+            // Dirty on a guess, perhaps never written: if its write-back
+            // fails, it is compared with the store (`write_runs`).
+            region.pages.mark_guessed(page);
+        }
         // The faulting thread waits for this wake, waiters registered or not.
         let _ = region.pages.unlock(
             page,
@@ -301,6 +319,42 @@ impl Shared {
         self.trace_woken();
         self.policy_of(region).inserted(region.key(page));
         Ok(())
+    }
+
+    /// Whether read misses may be filled dirty on a prediction at all:
+    /// synchronous dirty tracking (with asynchronous tracking a first
+    /// write to a clean page costs no fault anyway) and
+    /// [`Builder::write_prediction`](crate::Builder::write_prediction) on.
+    pub(crate) fn predicts_writes_at_all(&self) -> bool {
+        self.pagemap().is_none() && self.cfg().write_prediction
+    }
+
+    /// [`predicts_writes_at_all`](Shared::predicts_writes_at_all), for a
+    /// region that may fill pages dirty on a guess: writable, and not a
+    /// private copy of its store (`Region::may_predict_writes`).
+    pub(crate) fn predicts_writes_in(&self, region: &Region) -> bool {
+        region.may_predict_writes && self.predicts_writes_at_all()
+    }
+
+    /// Whether a read miss of `region` is to be filled dirty: its read
+    /// misses are followed by writes (`predict.rs`) and a page may become
+    /// dirty now without waiting ([`may_dirty_now`](Shared::may_dirty_now)).
+    /// Signal-safe: atomics.
+    fn predicts_write(&self, region: &Region) -> bool {
+        self.predicts_writes_in(region)
+            && region.writes.predicts_write()
+            && self.may_dirty_now(region)
+    }
+
+    /// Whether a page of `region` may become dirty now without a wait:
+    /// its store takes writes, and the pool is below its dirty limit
+    /// ([`may_dirty`](Shared::may_dirty) without its waits). Atomics only.
+    fn may_dirty_now(&self, region: &Region) -> bool {
+        let pool = self.pool_of(region);
+        region.write_failure().is_none()
+            && !region.is_closing()
+            && (pool.dirty.load(Relaxed) + region.page_size as u64 <= pool.dirty_limit()
+                || self.cfg().evictors == 0)
     }
 
     /// Parks a write miss at the dirty limit (asynchronous tracking): its

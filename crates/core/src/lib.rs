@@ -29,6 +29,7 @@ mod move_scratch;
 mod padded;
 pub mod parse;
 mod pin;
+mod predict;
 mod prefetch;
 mod process;
 mod progress;

@@ -10,6 +10,7 @@ use umio_backends::{Store, StoreError};
 use umio_cache::{PageKey, PageTable};
 
 use crate::huge::HugeState;
+use crate::predict::WritePredictor;
 use crate::prefetch::{Advice, Prefetcher};
 use crate::stats::RegionCounters;
 use crate::store_slots::StoreSlots;
@@ -73,6 +74,13 @@ pub(crate) struct Region {
     /// Served in the faulting thread (`FaultService::InThread`: registered
     /// with the runtime's in-thread userfaultfd), else by the fillers.
     pub in_thread: bool,
+    /// Whether read misses are followed by writes (`predict.rs`).
+    pub writes: WritePredictor,
+    /// Whether the region may fill read misses dirty on that evidence:
+    /// writable, and its store writes what it stands for, not a private
+    /// copy (`Store::is_private_copy`: a `MAP_PRIVATE` view, whose copy
+    /// of an unchanged page would be kept for good).
+    pub may_predict_writes: bool,
 }
 
 /// Proof that a thread is working on a region; unmapping waits for it.
@@ -131,6 +139,7 @@ impl Region {
         prefetcher: Arc<dyn Prefetcher>,
     ) -> Option<Region> {
         let npages = len.div_ceil(page_size);
+        let may_predict_writes = writable && !store.is_private_copy();
         Some(Region {
             id,
             base,
@@ -156,6 +165,8 @@ impl Region {
             huge: None,
             store_slots: StoreSlots::default(),
             in_thread: false,
+            writes: WritePredictor::default(),
+            may_predict_writes,
         })
     }
 

@@ -102,6 +102,12 @@ counters! {
     /// First writes to clean pages served as write-protect faults (sync
     /// dirty tracking; near 0 with [`DirtyTracking::Async`](crate::DirtyTracking::Async)).
     wp_faults,
+    /// Read misses filled dirty, without write protection, because the
+    /// region's read misses are nearly all followed by a write (sync
+    /// dirty tracking, [`Builder::write_prediction`](crate::Builder::write_prediction)):
+    /// the write that follows costs no write-protect fault. Counted in
+    /// `read_misses` too.
+    predicted_writes,
     /// With asynchronous dirty tracking: `PAGEMAP_SCAN` calls made to find
     /// pages written since umio last saw them clean.
     dirty_scans,
@@ -260,6 +266,9 @@ region_counters! {
     reads_submitted,
     /// The most store reads one of those batches put in flight at once.
     max_reads_in_flight,
+    /// Read misses filled dirty because the region's read misses are
+    /// nearly all followed by a write (see [`Stats::predicted_writes`]).
+    predicted_writes,
 }
 
 impl RegionStats {
@@ -320,7 +329,9 @@ impl std::fmt::Display for Stats {
     /// write-back: 40 writes, 4.0 MiB, 0 errors
     /// ```
     ///
-    /// with a `batches:` line (store reads in flight per batch
+    /// with a `write prediction:` line when read misses were filled dirty
+    /// ([`predicted_writes`](Stats::predicted_writes)), a `batches:` line
+    /// (store reads in flight per batch
     /// submitted, mean and max) when reads were submitted in batches, a
     /// `huge pages:` line when there were huge-page faults,
     /// promotions or a huge-page pool, and a `no progress:` line when a
@@ -336,6 +347,13 @@ impl std::fmt::Display for Stats {
             self.coalesced,
             self.stale
         )?;
+        if self.predicted_writes != 0 {
+            writeln!(
+                f,
+                "write prediction: {} read misses filled dirty",
+                self.predicted_writes
+            )?;
+        }
         if self.in_thread_faults != 0 {
             writeln!(
                 f,

@@ -21,6 +21,8 @@ use crate::shared::Shared;
 const MAX_WRITE: usize = 8 << 20;
 /// Most bytes one batch of write-back requests holds busy.
 const MAX_BATCH: usize = 32 << 20;
+/// Runs of a flush's batch, in store depths.
+const BATCH_DEPTHS: usize = 4;
 
 impl Shared {
     /// Writes runs of pages held busy and dirty to the store:
@@ -68,9 +70,20 @@ impl Shared {
         }
         let mut failed = None;
         let mut written = false;
+        // Allocated only when a failed run was dirty on a guess alone.
+        let mut scratch: Vec<u8> = Vec::new();
         for (req, k) in reqs.iter().zip(which) {
             let run = &runs[k];
             match req.result() {
+                Some(Err(e)) if self.guessed_and_unchanged(region, run, &mut scratch) => {
+                    // Filled dirty on a guess (`predict.rs`) and never
+                    // written: the store holds its bytes already, so it is
+                    // clean, and no write of the program's was lost. The
+                    // store's failure is noted all the same (no more
+                    // guesses, nor writes to clean pages while others wait).
+                    self.count_undirty(region, run.len());
+                    failed.get_or_insert(e);
+                }
                 Some(Ok(_)) => {
                     let valid = req.len() as u64;
                     self.counters().writeback_ops.fetch_add(1, Relaxed);
@@ -93,6 +106,39 @@ impl Shared {
             }
         }
         self.note_write_outcome(region, written, failed);
+    }
+
+    /// Whether every page of `run` (held busy and write-protected, its
+    /// write-back failed) was filled dirty on a guess
+    /// (`PageTable::mark_guessed`) and still holds the store's bytes: a
+    /// page the program never wrote. Reads the store; `scratch` is a
+    /// buffer for it.
+    fn guessed_and_unchanged(
+        &self,
+        region: &Region,
+        run: &Range<usize>,
+        scratch: &mut Vec<u8>,
+    ) -> bool {
+        if !run.clone().all(|p| region.pages.is_guessed(p)) {
+            return false;
+        }
+        scratch.resize(region.page_size, 0);
+        run.clone().all(|p| {
+            let valid = region.valid_bytes(p, 1);
+            // SAFETY: resident (Dirty), held busy by this thread and
+            // write-protected: nothing changes or drops it meanwhile.
+            let page =
+                unsafe { std::slice::from_raw_parts(region.page_addr(p) as *const u8, valid) };
+            match region
+                .store
+                .read_at(region.store_offset(p), &mut scratch[..valid])
+            {
+                // Short only at the store's end: the rest of the page
+                // reads as zeros.
+                Ok(n) => page[..n] == scratch[..n] && page[n..].iter().all(|&b| b == 0),
+                Err(_) => false,
+            }
+        })
     }
 
     /// Records what a batch of writes to `region`'s store did: a failure
@@ -190,7 +236,11 @@ impl Shared {
         self.harvest(region, pages.clone());
         let mut first: Option<StoreError> = None;
         let max_run = (MAX_WRITE / region.page_size).max(1);
-        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+        // Several times the store's depth per batch: the store keeps its
+        // queue full as writes complete (`Store::submit`), and the queue
+        // drains (waiting for the batch's slowest write) once per batch,
+        // not once per queue's worth.
+        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS) * BATCH_DEPTHS;
         let mut runs: Vec<Range<usize>> = Vec::new();
         let mut results = Vec::new();
         let mut i = pages.start;

@@ -578,6 +578,11 @@ struct umio_stats {
   // ("in-thread"), 0 by filler threads ("fillers"); see
   // umio_map_options.fault_service.
   uint64_t in_thread;
+  // Of the read misses, those filled dirty, without write protection,
+  // because the mapping's read misses are nearly all followed by a
+  // write (synchronous dirty tracking; UMIO_WRITE_PREDICTION=0 turns
+  // it off): the write that follows costs no second fault.
+  uint64_t predicted_writes;
 };
 
 // Counters and gauges of the whole runtime (every mapping, from the
@@ -662,6 +667,11 @@ struct umio_runtime_stats {
   // Of regions, those whose faults are served in the faulting thread
   // (umio_map_options.fault_service); the fillers serve the others.
   uint64_t in_thread_regions;
+  // Of read_misses, those filled dirty, without write protection,
+  // because their mapping's read misses are nearly all followed by a
+  // write (see struct umio_stats); first_writes does not count the
+  // writes that follow them.
+  uint64_t predicted_writes;
 };
 
 #ifdef __cplusplus

@@ -312,6 +312,31 @@ c_tests! {
     process_runtime, process_runtime_sanitized: &[("UMAP_LOG_LEVEL", "OFF")], "process_runtime: ok";
 }
 
+/// Write prediction through the C API: on by default, off with
+/// `UMIO_WRITE_PREDICTION=0`, counted in both stats structures
+/// (synchronous dirty tracking, where it applies, whatever the
+/// environment asks for).
+#[test]
+fn write_prediction_is_counted_and_taken_from_the_environment() {
+    for (build, predict) in [
+        (Build::Plain, None),
+        (Build::Plain, Some("0")),
+        (Build::Sanitized, None),
+    ] {
+        let mut env = vec![("UMIO_DIRTY_TRACKING", "sync")];
+        match predict {
+            Some(v) => env.extend([("UMIO_WRITE_PREDICTION", v), ("EXPECT_PREDICTED", "0")]),
+            None => env.push(("EXPECT_PREDICTED", "1")),
+        }
+        check(
+            &test_c("write_prediction"),
+            build,
+            &env,
+            "write_prediction: ok",
+        );
+    }
+}
+
 /// Garbage in each variable the C library reads: the first mapping fails
 /// with `EINVAL` (no panic), says why on stderr at the default log level
 /// (each failed mapping, one line), and works once the variable is gone.
@@ -334,6 +359,8 @@ fn every_malformed_variable_fails_the_first_map_with_einval() {
         ("UMAP_LOG_LEVEL", "chatty", "UMAP_LOG_LEVEL=chatty"),
         ("UMIO_EVICTION", "arc", ""),
         ("UMIO_UFFD_MODE", "sometimes", ""),
+        ("UMIO_DIRTY_TRACKING", "sometimes", ""),
+        ("UMIO_WRITE_PREDICTION", "sometimes", ""),
     ] {
         let out = run(&exe, dir.path(), &[(var, value), ("BAD_VAR", var)]);
         let stdout = String::from_utf8_lossy(&out.stdout);

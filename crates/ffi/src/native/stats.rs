@@ -56,6 +56,11 @@ pub struct umio_stats {
     /// (`"in-thread"`), 0 by filler threads (`"fillers"`); see
     /// `umio_map_options.fault_service`.
     pub in_thread: u64,
+    /// Of the read misses, those filled dirty, without write protection,
+    /// because the mapping's read misses are nearly all followed by a
+    /// write (synchronous dirty tracking; `UMIO_WRITE_PREDICTION=0` turns
+    /// it off): the write that follows costs no second fault.
+    pub predicted_writes: u64,
 }
 
 // SAFETY: repr(C), `size` first, integers and one `double` (any bit
@@ -91,6 +96,7 @@ pub unsafe extern "C" fn umio_stats(addr: *const c_void, out: *mut umio_stats) -
             max_reads_in_flight: s.max_reads_in_flight,
             mean_reads_in_flight: s.mean_reads_in_flight(),
             in_thread: u64::from(s.fault_service == umio_core::FaultService::InThread),
+            predicted_writes: s.predicted_writes,
         };
         // SAFETY: the caller promised `size` writable bytes.
         unsafe { extensible::write(out, stats) }?;
@@ -183,6 +189,11 @@ pub struct umio_runtime_stats {
     /// Of `regions`, those whose faults are served in the faulting thread
     /// (`umio_map_options.fault_service`); the fillers serve the others.
     pub in_thread_regions: u64,
+    /// Of `read_misses`, those filled dirty, without write protection,
+    /// because their mapping's read misses are nearly all followed by a
+    /// write (see `struct umio_stats`); `first_writes` does not count the
+    /// writes that follow them.
+    pub predicted_writes: u64,
 }
 
 /// Buckets of `umio_runtime_stats.fault_latency`.
@@ -228,6 +239,7 @@ impl umio_runtime_stats {
             max_reads_in_flight: s.max_reads_in_flight,
             mean_reads_in_flight: s.mean_reads_in_flight(),
             in_thread_regions: s.in_thread_regions,
+            predicted_writes: s.predicted_writes,
         }
     }
 }
