@@ -63,6 +63,8 @@ pub struct Builder {
     page_cache: bool,
     /// `None`: `UMIO_WRITE_PREDICTION`, else on.
     write_prediction: Option<bool>,
+    /// `None`: `UMIO_PIN_FILLERS`, else chosen when the fillers start.
+    pin_fillers: Option<bool>,
     remove_events: bool,
 }
 
@@ -87,6 +89,7 @@ impl std::fmt::Debug for Builder {
             .field("trace_faults", &self.trace_faults)
             .field("page_cache", &self.page_cache)
             .field("write_prediction", &self.write_prediction)
+            .field("pin_fillers", &self.pin_fillers)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +118,7 @@ impl Default for Builder {
             trace_faults: false,
             page_cache: false,
             write_prediction: None,
+            pin_fillers: None,
         }
     }
 }
@@ -372,6 +376,42 @@ impl Builder {
         self
     }
 
+    /// Fillers pinned one to each CPU the process may run on, each woken
+    /// by every fault (not one idle filler per fault), so that the filler
+    /// on the faulting thread's own CPU serves it: the thread sleeps, its
+    /// CPU runs that filler at once, and the filler's wake-up of the thread
+    /// stays on the CPU. Unpinned, the kernel wakes an idle filler on
+    /// another CPU, and the faulting thread is woken back across CPUs: two
+    /// inter-processor wake-ups per miss, tens of microseconds each on a
+    /// virtual machine. The cost: every fault also wakes the fillers of the
+    /// other CPUs, which find nothing to do.
+    ///
+    /// Which is faster depends on where a miss's time goes: on a 2-vCPU
+    /// virtual machine, pinned fillers served a cold miss from a tmpfs
+    /// file in 8 us against 28 us unpinned, and random writes on a fast
+    /// device ran 1.47x faster, but the same writes on a virtio disk ran
+    /// 0.85x (its completions arrive on either CPU). So by default (unset
+    /// here and in `UMIO_PIN_FILLERS`, `0` or `1`, read from the
+    /// environment; a malformed value fails [`build`](Builder::build)),
+    /// pinned is a third way for the fillers to wait beside sleeping and
+    /// polling ([`filler_spin`](Builder::filler_spin)), measured and run
+    /// when fastest, where there is a filler for every CPU the mapping
+    /// thread may run on (the default fillers: up to 4 CPUs), at least two
+    /// such CPUs, and no fixed `filler_spin`
+    /// ([`Stats::filler_pinned_windows`](crate::Stats::filler_pinned_windows)
+    /// says how often it ran). `true` pins them for good, `false` never.
+    /// Pinned, the first fillers take the first CPUs (with fewer fillers
+    /// than CPUs, faults on the others are served across CPUs, as
+    /// unpinned); a filler beyond the CPUs stays unpinned.
+    /// [`Runtime::filler_cpus`](crate::Runtime::filler_cpus) says which
+    /// filler takes which CPU. Affinity set on the process later
+    /// (`taskset`, a cpuset) is the kernel's to reconcile: a filler whose
+    /// CPU is taken away runs elsewhere.
+    pub fn pin_fillers(mut self, on: bool) -> Self {
+        self.pin_fillers = Some(on);
+        self
+    }
+
     /// Overrides settings from the environment: every `UMIO_*` variable,
     /// and UMap's `UMAP_*` names as aliases where the `UMIO_*` one is unset
     /// (see [`EnvConfig`](crate::EnvConfig) for the table): the cache bound
@@ -409,6 +449,9 @@ impl Builder {
         }
         if let Some(on) = env.write_prediction {
             self.write_prediction = Some(on);
+        }
+        if let Some(on) = env.pin_fillers {
+            self.pin_fillers = Some(on);
         }
         if let Some(on) = env.remove_events {
             self.remove_events = on;
@@ -502,6 +545,16 @@ impl Builder {
                 None => DirtyTracking::default(),
             },
         };
+        let pin_fillers = match self.pin_fillers {
+            Some(on) => Some(on),
+            None => match env_var("UMIO_PIN_FILLERS") {
+                Some(v) => Some(
+                    crate::env::on_off(v.trim())
+                        .ok_or(Error::InvalidArgument("UMIO_PIN_FILLERS is not 0 or 1"))?,
+                ),
+                None => None,
+            },
+        };
         let write_prediction = match self.write_prediction {
             Some(on) => on,
             None => match env_var("UMIO_WRITE_PREDICTION") {
@@ -547,6 +600,7 @@ impl Builder {
                 evictors: self.evictors,
                 page_cache: self.page_cache,
                 write_prediction,
+                pin_fillers,
                 fault_service,
                 dirty_tracking,
                 remove_events: self.remove_events,
@@ -693,6 +747,9 @@ pub(crate) struct Config {
     /// Read misses filled dirty where writes follow them
     /// ([`Builder::write_prediction`]).
     pub write_prediction: bool,
+    /// Fillers pinned to CPUs ([`Builder::pin_fillers`]); `None`:
+    /// measured, where they can be.
+    pub pin_fillers: Option<bool>,
     /// As asked: [`FaultService::Auto`] is resolved per region when it is
     /// mapped (`Shared::region_service`); the runtime's default for
     /// regions that declare nothing is resolved when it starts.
@@ -734,6 +791,7 @@ impl Config {
             dirty_tracking: self.dirty_tracking,
             page_cache: self.page_cache,
             write_prediction: self.write_prediction,
+            pin_fillers: self.pin_fillers,
             remove_events: self.remove_events,
         }
     }
@@ -799,6 +857,9 @@ pub struct RuntimeConfig {
     pub page_cache: bool,
     /// [`Builder::write_prediction`].
     pub write_prediction: bool,
+    /// [`Builder::pin_fillers`] as asked; `None`: measured, where the
+    /// fillers can be pinned ([`Runtime::filler_cpus`](crate::Runtime::filler_cpus)).
+    pub pin_fillers: Option<bool>,
     /// Remove events are on: asked for ([`Builder::remove_events`]) and
     /// the kernel has them.
     pub remove_events: bool,

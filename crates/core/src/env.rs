@@ -27,6 +27,7 @@
 //! | dirty tracking | `UMIO_DIRTY_TRACKING` | |
 //! | kernel page cache | `UMIO_PAGE_CACHE` | |
 //! | write prediction | `UMIO_WRITE_PREDICTION` | |
+//! | fillers pinned to CPUs | `UMIO_PIN_FILLERS` | |
 //! | remove events | `UMIO_REMOVE_EVENTS` | |
 //!
 //! Sizes take [`parse_size`]'s syntax (`64K`, `2M`). A malformed value is an
@@ -121,6 +122,8 @@ pub struct EnvConfig {
     pub page_cache: Option<bool>,
     /// `UMIO_WRITE_PREDICTION`.
     pub write_prediction: Option<bool>,
+    /// `UMIO_PIN_FILLERS`.
+    pub pin_fillers: Option<bool>,
     /// `UMIO_REMOVE_EVENTS`.
     pub remove_events: Option<bool>,
 }
@@ -245,6 +248,7 @@ impl EnvConfig {
                 "UMIO_WRITE_PREDICTION is not 0 or 1",
                 on_off,
             )?,
+            pin_fillers: r.parse("UMIO_PIN_FILLERS", "UMIO_PIN_FILLERS is not 0 or 1", on_off)?,
             remove_events: r.parse(
                 "UMIO_REMOVE_EVENTS",
                 "UMIO_REMOVE_EVENTS is not 0 or 1",
@@ -394,6 +398,7 @@ mod tests {
             ("UMIO_REMOVE_EVENTS", "1"),
             ("UMIO_DIRTY_TRACKING", "Sync"),
             ("UMIO_WRITE_PREDICTION", "0"),
+            ("UMIO_PIN_FILLERS", "1"),
         ])
         .unwrap();
         assert_eq!(e.page_size, Some(64 << 10));
@@ -414,6 +419,7 @@ mod tests {
         assert_eq!(e.remove_events, Some(true));
         assert_eq!(e.dirty_tracking, Some(DirtyTracking::Sync));
         assert_eq!(e.write_prediction, Some(false));
+        assert_eq!(e.pin_fillers, Some(true));
     }
 
     #[test]

@@ -241,7 +241,7 @@ pub(crate) fn events_main(shared: Arc<Shared>) {
     let Some(uffd) = shared.in_thread_uffd() else {
         return;
     };
-    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd()) {
+    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), true) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio events thread cannot poll: errno {e}");

@@ -232,6 +232,14 @@ impl Runtime {
         c
     }
 
+    /// The CPU each filler is pinned to while the fillers run pinned, by
+    /// filler (`None`: never pinned; all `None` where they are not pinned
+    /// at all); empty while no filler runs (a runtime whose regions are all
+    /// served in-thread). See [`Builder::pin_fillers`](crate::Builder::pin_fillers).
+    pub fn filler_cpus(&self) -> Vec<Option<usize>> {
+        self.inner.shared.filler_cpus()
+    }
+
     /// The default page size of new regions.
     pub fn page_size(&self) -> usize {
         self.inner.shared.cfg().default_page_size

@@ -62,6 +62,9 @@ pub(crate) struct Shared {
     /// Threads started with a service (fillers, `umio-events`), joined at
     /// shutdown.
     service_threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The CPU each filler is pinned to (`None`: unpinned), set when they
+    /// start (`threads::spawn_service`).
+    filler_cpus: Mutex<Vec<Option<usize>>>,
     /// The service of regions that choose none and declare nothing
     /// (`Auto` resolved when the runtime started).
     default_service: FaultService,
@@ -266,6 +269,7 @@ impl Shared {
             uffds: [OnceLock::new(), OnceLock::new()],
             opening: Mutex::new(()),
             service_threads: Mutex::new(Vec::new()),
+            filler_cpus: Mutex::new(Vec::new()),
             default_service,
             regions: ArcSwap::from_pointee(RegionTable::default()),
             regions_writer: Mutex::new(()),
@@ -707,6 +711,19 @@ impl Shared {
         self.shutdown_fd.signal();
         self.evict_signal.kick();
         self.jobs.wake_all();
+    }
+
+    /// The CPU each filler is pinned to ([`Runtime::filler_cpus`](crate::Runtime::filler_cpus)).
+    pub fn filler_cpus(&self) -> Vec<Option<usize>> {
+        self.filler_cpus
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records the fillers' CPUs as they start.
+    pub(crate) fn set_filler_cpus(&self, cpus: Vec<Option<usize>>) {
+        *self.filler_cpus.lock().unwrap_or_else(|e| e.into_inner()) = cpus;
     }
 
     /// Signalled at shutdown: fillers and the autosize thread poll it.

@@ -27,6 +27,14 @@
 //! changes.
 //! Windows that took longer than [`IDLE_WINDOW`] (the application was not
 //! faulting much) are not counted. At most one filler polls at a time.
+//!
+//! Where the fillers may be pinned one to each CPU (`threads.rs`,
+//! `Pinning`), pinned is a third mode, measured the same way: every
+//! filler sleeps pinned to its CPU and is woken by every fault, so that
+//! the one on the faulting thread's CPU serves it and no wake-up crosses
+//! CPUs. It wins where the hand-off is most of a miss (fast storage: a
+//! cold miss in 8 us rather than 28 on this machine) and can lose where
+//! the device's time is (the disk, whose completions come on either CPU).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64};
@@ -41,11 +49,15 @@ const WINDOW: u32 = 32;
 const EXPLORE_EVERY: u64 = 64;
 /// ... or in this many, when it measured over twice as slow.
 const EXPLORE_EVERY_FAR: u64 = 256;
-/// The first windows run sleeping, sleeping, polling, polling, and so on
-/// again, to measure each mode twice.
-const LEARNING_WINDOWS: u64 = 8;
 /// Samples kept per mode.
 const SAMPLES: usize = 4;
+/// Modes, by index: fillers sleep between events...
+pub(crate) const SLEEPING: usize = 0;
+/// ... one polls for a while after each...
+pub(crate) const POLLING: usize = 1;
+/// ... or they sleep pinned, one per CPU, each woken by every event.
+pub(crate) const PINNED: usize = 2;
+const MODES: usize = 3;
 /// Windows longer than this are not measured.
 const IDLE_WINDOW: Duration = Duration::from_millis(20);
 
@@ -65,19 +77,21 @@ pub(crate) struct SpinTuner {
     events: AtomicU32,
     /// Start of the current window, in nanoseconds since `origin`.
     window_start: AtomicU64,
-    /// The current mode.
-    polling: AtomicBool,
+    /// The current mode ([`SLEEPING`], [`POLLING`], [`PINNED`]).
+    mode: AtomicU8,
+    /// Whether [`PINNED`] is one of the modes (`set_pinnable`).
+    pinnable: AtomicBool,
     /// Nanoseconds per event of the last [`SAMPLES`] measured windows of
-    /// each mode, sleeping then polling (0: none yet).
-    samples: [[AtomicU64; SAMPLES]; 2],
+    /// each mode (0: none yet).
+    samples: [[AtomicU64; SAMPLES]; MODES],
     /// Windows measured in each mode (the next sample's slot).
-    measured: [AtomicU64; 2],
+    measured: [AtomicU64; MODES],
     /// The mode of the last window ended.
     last_mode: AtomicU8,
     /// Windows ended.
     windows: AtomicU64,
-    /// Windows run in each mode: sleeping, polling.
-    pub windows_by_mode: [AtomicU64; 2],
+    /// Windows run in each mode: sleeping, polling, pinned.
+    pub windows_by_mode: [AtomicU64; MODES],
     /// Whether a filler is polling now.
     spinner: AtomicBool,
     /// Tests: the clock, in nanoseconds, when not 0 (the real one then).
@@ -91,12 +105,13 @@ impl SpinTuner {
             origin: Instant::now(),
             events: AtomicU32::new(0),
             window_start: AtomicU64::new(0),
-            polling: AtomicBool::new(false),
+            mode: AtomicU8::new(SLEEPING as u8),
+            pinnable: AtomicBool::new(false),
             samples: Default::default(),
             measured: Default::default(),
             last_mode: AtomicU8::new(0),
             windows: AtomicU64::new(0),
-            windows_by_mode: [AtomicU64::new(0), AtomicU64::new(0)],
+            windows_by_mode: Default::default(),
             spinner: AtomicBool::new(false),
             #[cfg(test)]
             fake_now: AtomicU64::new(0),
@@ -114,6 +129,21 @@ impl SpinTuner {
             .filter(|&s| s != 0)
             .min()
             .unwrap_or(0)
+    }
+
+    /// Makes [`PINNED`] one of the modes measured (the fillers can be
+    /// pinned one per CPU), from the next window on.
+    pub fn set_pinnable(&self) {
+        self.pinnable.store(true, Relaxed);
+    }
+
+    /// Whether the fillers run pinned now.
+    pub fn pinned(&self) -> bool {
+        usize::from(self.mode.load(Relaxed)) == PINNED
+    }
+
+    fn modes(&self) -> usize {
+        if self.pinnable.load(Relaxed) { 3 } else { 2 }
     }
 
     fn now(&self) -> u64 {
@@ -134,7 +164,7 @@ impl SpinTuner {
         let now = self.now();
         let start = self.window_start.swap(now, Relaxed);
         self.events.store(0, Relaxed);
-        let mode = usize::from(self.polling.load(Relaxed));
+        let mode = usize::from(self.mode.load(Relaxed));
         self.windows_by_mode[mode].fetch_add(1, Relaxed);
         // The first window after a switch is not measured: the switch
         // itself costs (the scheduler has yet to move a newly polling
@@ -147,8 +177,12 @@ impl SpinTuner {
             self.samples[mode][slot].store(per_event, Relaxed);
         }
         let windows = self.windows.fetch_add(1, Relaxed) + 1;
-        let next = choose([self.cost(0), self.cost(1)], windows);
-        self.polling.store(next, Relaxed);
+        let mut costs = [0; MODES];
+        for (m, c) in costs.iter_mut().enumerate() {
+            *c = self.cost(m);
+        }
+        let next = choose(&costs[..self.modes()], windows);
+        self.mode.store(next as u8, Relaxed);
     }
 
     /// Whether the calling filler, which has just handled events, should
@@ -156,7 +190,7 @@ impl SpinTuner {
     /// filler polls. A true answer must be followed by [`stop`](Self::stop)
     /// when the filler stops polling.
     pub fn start(&self, already: bool) -> bool {
-        if !self.polling.load(Relaxed) {
+        if usize::from(self.mode.load(Relaxed)) != POLLING {
             if already {
                 self.stop();
             }
@@ -175,27 +209,38 @@ impl SpinTuner {
     }
 }
 
-/// The mode of the next window (true: polling), from the two modes'
-/// costs (nanoseconds per event, 0 if not measured) and the count of
-/// windows ended. The first [`LEARNING_WINDOWS`] run sleeping, sleeping,
-/// polling, polling, twice over (the first of each pair unmeasured: it
-/// starts the clock or follows a switch); then the cheaper mode runs,
-/// except two windows in [`EXPLORE_EVERY`] (in [`EXPLORE_EVERY_FAR`] if
-/// the other was over twice as slow), so that a change in the machine's
-/// load is seen.
-fn choose(cost: [u64; 2], windows: u64) -> bool {
-    let [sleeping, polling] = cost;
-    if windows < LEARNING_WINDOWS || sleeping == 0 || polling == 0 {
-        return (windows / 2) % 2 == 1;
+/// The mode of the next window, from each mode's cost (nanoseconds per
+/// event, 0 if not measured) and the count of windows ended. The first
+/// `4 * modes` windows run each mode twice in a row (sleeping, sleeping,
+/// polling, polling, ...), twice over (the first of each pair unmeasured:
+/// it starts the clock or follows a switch); then the cheapest mode runs,
+/// except two windows in [`EXPLORE_EVERY`], which run the other modes in
+/// turn (a mode over twice as slow as the best, one turn in
+/// `EXPLORE_EVERY_FAR / EXPLORE_EVERY` of its own), so that a change in the
+/// machine's load is seen.
+fn choose(cost: &[u64], windows: u64) -> usize {
+    let n = cost.len() as u64;
+    if windows < 4 * n || cost.contains(&0) {
+        return ((windows / 2) % n) as usize;
     }
-    let best = polling < sleeping;
-    let (lo, hi) = (sleeping.min(polling), sleeping.max(polling));
-    let every = if hi > 2 * lo {
-        EXPLORE_EVERY_FAR
+    let best = (0..cost.len()).min_by_key(|&m| cost[m]).unwrap_or(0);
+    if windows % EXPLORE_EVERY >= 2 {
+        return best;
+    }
+    let turn = windows / EXPLORE_EVERY;
+    // The k-th of the modes other than the best, k taking turns.
+    let k = (turn % (n - 1)) as usize;
+    let other = (0..cost.len())
+        .filter(|&m| m != best)
+        .nth(k)
+        .unwrap_or(best);
+    let far = cost[other] > 2 * cost[best];
+    let rounds = turn / (n - 1);
+    if far && rounds % (EXPLORE_EVERY_FAR / EXPLORE_EVERY) != 0 {
+        best
     } else {
-        EXPLORE_EVERY
-    };
-    if windows % every < 2 { !best } else { best }
+        other
+    }
 }
 
 #[cfg(test)]
@@ -204,19 +249,56 @@ mod tests {
 
     #[test]
     fn each_mode_is_measured_twice_then_the_cheaper_runs_and_the_other_is_retried() {
-        let learning: Vec<bool> = (0..8).map(|w| choose([0, 0], w)).collect();
+        let learning: Vec<usize> = (0..8).map(|w| choose(&[0, 0], w)).collect();
         assert_eq!(
             learning,
-            [false, false, true, true, false, false, true, true],
+            [0, 0, 1, 1, 0, 0, 1, 1],
             "windows 1 to 8: sleeping twice, polling twice, and again"
         );
-        assert!(choose([40_000, 25_000], 8), "polling is cheaper here");
-        assert!(!choose([10_000, 11_000], 8), "sleeping is cheaper here");
-        assert!(!choose([40_000, 25_000], 64) && !choose([40_000, 25_000], 65));
-        assert!(choose([40_000, 25_000], 66), "two windows in 64 retry");
-        assert!(choose([10_000, 11_000], 128));
-        assert!(!choose([10_000, 31_000], 128), "twice as slow: rarer");
-        assert!(choose([10_000, 31_000], 256));
+        assert_eq!(
+            choose(&[40_000, 25_000], 8),
+            POLLING,
+            "polling is cheaper here"
+        );
+        assert_eq!(
+            choose(&[10_000, 11_000], 8),
+            SLEEPING,
+            "sleeping is cheaper here"
+        );
+        assert_eq!(
+            choose(&[40_000, 25_000], 64),
+            SLEEPING,
+            "two windows in 64 retry"
+        );
+        assert_eq!(choose(&[40_000, 25_000], 65), SLEEPING);
+        assert_eq!(choose(&[40_000, 25_000], 66), POLLING);
+        assert_eq!(choose(&[10_000, 11_000], 128), POLLING);
+        assert_eq!(
+            choose(&[10_000, 31_000], 128),
+            SLEEPING,
+            "twice as slow: rarer"
+        );
+        assert_eq!(choose(&[10_000, 31_000], 256), POLLING);
+    }
+
+    #[test]
+    fn with_pinning_each_of_three_modes_is_measured_and_the_others_take_turns() {
+        let learning: Vec<usize> = (0..12).map(|w| choose(&[0, 0, 0], w)).collect();
+        assert_eq!(learning, [0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]);
+        // Pinned is cheapest: it runs.
+        let cost = [30_000, 28_000, 9_000];
+        assert_eq!(choose(&cost, 12), PINNED);
+        assert_eq!(choose(&cost, 63), PINNED);
+        // Both others are over twice as slow: each retried one turn in
+        // four of its own (turns of 64 windows, the two taking turns).
+        assert_eq!(choose(&cost, 256), PINNED, "not their turn");
+        assert_eq!(choose(&cost, 512), SLEEPING);
+        assert_eq!(choose(&cost, 576), POLLING);
+        assert_eq!(choose(&cost, 640), PINNED);
+        let near = [10_000, 30_000, 9_000];
+        assert_eq!(choose(&near, 128), SLEEPING, "within twice: every turn");
+        assert_eq!(choose(&near, 192), PINNED, "polling is far: rarer");
+        assert_eq!(choose(&near, 576), POLLING);
     }
 
     #[test]
@@ -244,7 +326,12 @@ mod tests {
         assert_eq!(t.cost(0), 0);
         window(1);
         assert!(t.cost(0) > 0, "a sleeping window was measured");
-        assert!(t.polling.load(Relaxed), "polling runs next");
+        assert!(!t.pinned(), "not a mode without set_pinnable");
+        assert_eq!(
+            usize::from(t.mode.load(Relaxed)),
+            POLLING,
+            "polling runs next"
+        );
         assert!(
             t.start(false) && !t.start(false),
             "one filler polls at a time"
@@ -258,7 +345,11 @@ mod tests {
         assert!(t.cost(1) > 0, "a polling window was measured");
         assert_eq!(t.windows_by_mode[0].load(Relaxed), 2);
         assert_eq!(t.windows_by_mode[1].load(Relaxed), 2);
-        assert!(!t.polling.load(Relaxed), "sleeping is measured again");
+        assert_eq!(
+            usize::from(t.mode.load(Relaxed)),
+            SLEEPING,
+            "sleeping is measured again"
+        );
         assert!(!t.start(false), "no filler polls while sleeping is chosen");
         // A window far longer than IDLE_WINDOW is not measured.
         window(0);

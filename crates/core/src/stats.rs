@@ -13,7 +13,7 @@ pub(crate) struct Gauges {
     pub cache_bytes: u64,
     pub huge_cache_bytes: u64,
     /// Windows sleeping, polling.
-    pub filler_windows: [u64; 2],
+    pub filler_windows: [u64; 3],
     pub regions: u64,
     pub in_thread_regions: u64,
 }
@@ -55,11 +55,15 @@ macro_rules! counters {
             /// The huge-page pool's bound now; 0 without one.
             pub huge_cache_bytes: u64,
             /// Measurement windows (32 fault events each) in which the
-            /// fillers slept between events, and in which one of them
-            /// polled (see [`Builder::filler_spin`](crate::Builder::filler_spin)).
+            /// fillers slept between events, in which one of them polled
+            /// (see [`Builder::filler_spin`](crate::Builder::filler_spin)),
+            /// and in which they slept pinned one per CPU (see
+            /// [`Builder::pin_fillers`](crate::Builder::pin_fillers)).
             pub filler_sleep_windows: u64,
             /// See `filler_sleep_windows`.
             pub filler_poll_windows: u64,
+            /// See `filler_sleep_windows`.
+            pub filler_pinned_windows: u64,
             /// Regions mapped now.
             pub regions: u64,
             /// Of those, regions whose faults the faulting thread serves
@@ -79,6 +83,7 @@ macro_rules! counters {
                     huge_cache_bytes: now.huge_cache_bytes,
                     filler_sleep_windows: now.filler_windows[0],
                     filler_poll_windows: now.filler_windows[1],
+                    filler_pinned_windows: now.filler_windows[2],
                     regions: now.regions,
                     in_thread_regions: now.in_thread_regions,
                 }
@@ -445,7 +450,7 @@ mod tests {
             huge_pool_bytes: 0,
             cache_bytes: 4 << 20,
             huge_cache_bytes: 0,
-            filler_windows: [0, 0],
+            filler_windows: [0, 0, 0],
             regions: 1,
             in_thread_regions: 0,
         });
@@ -475,7 +480,7 @@ mod tests {
             huge_pool_bytes: 0,
             cache_bytes: 0,
             huge_cache_bytes: 0,
-            filler_windows: [0, 0],
+            filler_windows: [0, 0, 0],
             regions: 0,
             in_thread_regions: 0,
         });

@@ -52,11 +52,20 @@ fn spawn(
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<()> {
     let s = shared.clone();
+    spawn_fn(name, threads, move || f(s))
+}
+
+/// Starts a runtime thread running `f`.
+fn spawn_fn(
+    name: String,
+    threads: &mut Vec<JoinHandle<()>>,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<()> {
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             RUNTIME_THREAD.with(|t| t.set(true));
-            f(s)
+            f()
         })
         .map(|h| threads.push(h))
         .map_err(|e| {
@@ -87,9 +96,32 @@ pub(crate) fn spawn_service(
             }
         }
         _ => {
-            for i in 0..shared.cfg().fillers {
-                spawn(shared, format!("umio-filler-{i}"), filler_main, threads)?;
+            let allowed = crate::sys::proc::allowed_cpus();
+            let cfg = shared.cfg();
+            let pinning =
+                Pinning::choose(cfg.pin_fillers, cfg.filler_wait, cfg.fillers, allowed.len());
+            if pinning == Pinning::Measured {
+                shared.spin().set_pinnable();
             }
+            let cpus: Vec<Option<usize>> = (0..cfg.fillers)
+                .map(|i| match pinning {
+                    Pinning::Never => None,
+                    _ => allowed.get(i).copied(),
+                })
+                .collect();
+            let allowed = Arc::new(allowed);
+            for (i, &cpu) in cpus.iter().enumerate() {
+                let pin = FillerPin {
+                    cpu,
+                    allowed: allowed.clone(),
+                    pinning,
+                };
+                let s = shared.clone();
+                spawn_fn(format!("umio-filler-{i}"), threads, move || {
+                    filler_main(s, pin)
+                })?;
+            }
+            shared.set_filler_cpus(cpus);
         }
     }
     Ok(())
@@ -138,11 +170,73 @@ pub(crate) fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
     }
 }
 
-fn filler_main(shared: Arc<Shared>) {
+/// Whether fillers are pinned one per CPU (see `Builder::pin_fillers` and
+/// `spin.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pinning {
+    Never,
+    Always,
+    /// A mode of the spin tuner's, run when it measures fastest.
+    Measured,
+}
+
+impl Pinning {
+    /// From the configuration and the CPUs the mapping thread may run on:
+    /// by default, measured where there is a filler for each of at least
+    /// two CPUs and the fillers' waiting is measured too.
+    fn choose(asked: Option<bool>, wait: FillerWait, fillers: usize, cpus: usize) -> Pinning {
+        match asked {
+            Some(true) if cpus > 0 => Pinning::Always,
+            Some(_) => Pinning::Never,
+            None if cpus >= 2 && fillers >= cpus && wait == FillerWait::Adaptive => {
+                Pinning::Measured
+            }
+            None => Pinning::Never,
+        }
+    }
+}
+
+/// Where one filler runs.
+struct FillerPin {
+    /// Its CPU when pinned (`None`: never pinned).
+    cpu: Option<usize>,
+    /// The CPUs it may run on unpinned.
+    allowed: Arc<Vec<usize>>,
+    pinning: Pinning,
+}
+
+impl FillerPin {
+    /// Pins the calling filler or lets it run anywhere again, and
+    /// registers its poller to be woken by every event (pinned) or only
+    /// when it is the one idle filler woken (`EPOLLEXCLUSIVE`).
+    fn apply(&self, pinned: bool, poller: &Poller) {
+        let affinity = match (pinned, self.cpu) {
+            (true, Some(c)) => crate::sys::proc::set_affinity(&[c]),
+            (false, Some(_)) => crate::sys::proc::set_affinity(&self.allowed),
+            (_, None) => Ok(()),
+        };
+        if let Err(e) = affinity {
+            log::debug!("umio: setting a filler's CPUs failed: errno {e}");
+        }
+        if let Err(e) = poller.set_exclusive(!pinned) {
+            log::error!("umio: a filler's epoll registration failed: errno {e}");
+        }
+    }
+}
+
+/// A filler: reads fault events and serves them until shutdown, pinned
+/// to its CPU or not as `pin` says.
+fn filler_main(shared: Arc<Shared>, pin: FillerPin) {
     let Some(uffd) = shared.fillers_uffd() else {
         return;
     };
-    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd()) {
+    let mut pinned = pin.pinning == Pinning::Always;
+    if pinned && let Some(c) = pin.cpu {
+        if let Err(e) = crate::sys::proc::set_affinity(&[c]) {
+            log::warn!("umio: pinning a filler to CPU {c} failed: errno {e}");
+        }
+    }
+    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), !pinned) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio filler cannot poll: errno {e}");
@@ -158,7 +252,14 @@ fn filler_main(shared: Arc<Shared>) {
     // polls for the next event for a while (`Builder::filler_spin`; by
     // default the runtime measures which is faster, see `spin.rs`).
     let mut polling = false;
-    while poller.wait() == Wake::Faults {
+    loop {
+        if pin.pinning == Pinning::Measured && shared.spin().pinned() != pinned {
+            pinned = !pinned;
+            pin.apply(pinned, &poller);
+        }
+        if poller.wait() != Wake::Faults {
+            break;
+        }
         let mut idle_since: Option<Instant> = None;
         loop {
             let read_begin = shared.trace_read_begin();

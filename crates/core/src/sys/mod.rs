@@ -18,7 +18,7 @@
 //! - `pagemap.rs`: `PAGEMAP_SCAN` on `/proc/self/pagemap`, which pages
 //!   were written (asynchronous dirty tracking);
 //! - `proc.rs`: physical memory (`sysconf`), the PSI memory-pressure
-//!   trigger;
+//!   trigger, the CPUs a thread may run on and pinning it to one;
 //! - `keeper.rs`: the keeper process (`crate::keeper`): its `clone`, the
 //!   messages to it, and its own code, which makes raw system calls only
 //!   (no `errno`, no thread-local storage).

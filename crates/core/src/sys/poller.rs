@@ -1,6 +1,7 @@
 //! Waiting for fault messages: an epoll set per handler thread with the
-//! userfaultfd added `EPOLLEXCLUSIVE` (one handler woken per event, not all
-//! of them) and an eventfd that signals shutdown.
+//! userfaultfd (added `EPOLLEXCLUSIVE`, one handler woken per event, unless
+//! the handler is pinned to a CPU: see `threads.rs`) and an eventfd that
+//! signals shutdown.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -48,11 +49,14 @@ pub(crate) enum Wake {
 /// One handler thread's epoll set.
 pub(crate) struct Poller {
     epfd: OwnedFd,
+    uffd: RawFd,
     shutdown_fd: RawFd,
 }
 
 impl Poller {
-    pub(crate) fn new(uffd: RawFd, shutdown: &EventFd) -> Result<Poller, i32> {
+    /// `exclusive`: an event wakes one idle handler of those waiting
+    /// exclusively, not every one.
+    pub(crate) fn new(uffd: RawFd, shutdown: &EventFd, exclusive: bool) -> Result<Poller, i32> {
         // SAFETY: epoll_create1 returns a new descriptor or -1.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -69,12 +73,48 @@ impl Poller {
             let r = unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
             if r < 0 { Err(errno()) } else { Ok(()) }
         };
-        add(uffd, (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32)?;
+        let exclusive = if exclusive { libc::EPOLLEXCLUSIVE } else { 0 };
+        add(uffd, (libc::EPOLLIN | exclusive) as u32)?;
         add(shutdown.as_raw_fd(), libc::EPOLLIN as u32)?;
         Ok(Poller {
             epfd,
+            uffd,
             shutdown_fd: shutdown.as_raw_fd(),
         })
+    }
+
+    /// Registers the userfaultfd again, `EPOLLEXCLUSIVE` or not (the flag
+    /// cannot be changed in place: `EPOLL_CTL_MOD` refuses it). Called
+    /// between waits; an event pending meanwhile is seen by the next wait
+    /// (`EPOLL_CTL_ADD` looks at the descriptor's readiness).
+    pub(crate) fn set_exclusive(&self, exclusive: bool) -> Result<(), i32> {
+        // SAFETY: both descriptors are open; DEL takes no event.
+        let r = unsafe {
+            libc::epoll_ctl(
+                self.epfd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                self.uffd,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            return Err(errno());
+        }
+        let flag = if exclusive { libc::EPOLLEXCLUSIVE } else { 0 };
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | flag) as u32,
+            u64: self.uffd as u64,
+        };
+        // SAFETY: ev is a valid epoll_event; both descriptors are open.
+        let r = unsafe {
+            libc::epoll_ctl(
+                self.epfd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                self.uffd,
+                &mut ev,
+            )
+        };
+        if r < 0 { Err(errno()) } else { Ok(()) }
     }
 
     /// Blocks until faults are pending or shutdown is signalled.
