@@ -236,7 +236,7 @@ fn choose(cost: &[u64], windows: u64) -> usize {
         .unwrap_or(best);
     let far = cost[other] > 2 * cost[best];
     let rounds = turn / (n - 1);
-    if far && rounds % (EXPLORE_EVERY_FAR / EXPLORE_EVERY) != 0 {
+    if far && !rounds.is_multiple_of(EXPLORE_EVERY_FAR / EXPLORE_EVERY) {
         best
     } else {
         other

@@ -231,10 +231,11 @@ fn filler_main(shared: Arc<Shared>, pin: FillerPin) {
         return;
     };
     let mut pinned = pin.pinning == Pinning::Always;
-    if pinned && let Some(c) = pin.cpu {
-        if let Err(e) = crate::sys::proc::set_affinity(&[c]) {
-            log::warn!("umio: pinning a filler to CPU {c} failed: errno {e}");
-        }
+    if pinned
+        && let Some(c) = pin.cpu
+        && let Err(e) = crate::sys::proc::set_affinity(&[c])
+    {
+        log::warn!("umio: pinning a filler to CPU {c} failed: errno {e}");
     }
     let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), !pinned) {
         Ok(p) => p,
