@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
 use crate::fill::{MAX_BATCH_RUNS, STALL_LOGGED_AFTER};
-use crate::huge::HugeState;
+use crate::huge::{HUGE_PAGE_SIZE, HugeState};
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
 use crate::scratch::Scratch;
@@ -147,10 +147,19 @@ impl Shared {
             let Some(_g) = region.enter() else { continue };
             let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
             let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+            // A run cut inside a promoted range would write-protect part of
+            // its huge page, and split it: runs of a region that promotes
+            // are cut at 2 MiB boundaries only (a promoted range is
+            // dirtied whole).
+            let align = match region.huge {
+                Some(_) => (HUGE_PAGE_SIZE / region.page_size).max(1),
+                None => 1,
+            };
             let mut p = 0;
             while p < region.pages.len() && !under() && !self.is_shutting_down() {
-                // Lock up to `depth` runs of dirty pages, `chunk` pages in
-                // all (pinned pages too: they stay resident either way).
+                // Lock up to `depth` runs of dirty pages, about `chunk`
+                // pages in all (pinned pages too: they stay resident
+                // either way).
                 w.runs.clear();
                 let mut locked = 0;
                 while p < region.pages.len() && w.runs.len() < depth && locked < chunk {
@@ -161,7 +170,7 @@ impl Shared {
                     let start = p;
                     p += 1;
                     while p < region.pages.len()
-                        && locked + (p - start) < chunk
+                        && (locked + (p - start) < chunk || !p.is_multiple_of(align))
                         && region.pages.try_lock(p, PageState::Dirty)
                     {
                         p += 1;
