@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use umio_cache::{EvictionPolicy, FrameBudget, Observed, PageOracle, PageProbe, PageState};
 
-use crate::fill::{MAX_BATCH_RUNS, STALL_LOGGED_AFTER};
+use crate::fill::STALL_LOGGED_AFTER;
 use crate::huge::{HUGE_PAGE_SIZE, HugeState};
 use crate::region::{Region, RegionLookup};
 use crate::runs::runs;
@@ -82,12 +82,12 @@ impl Shared {
         self.harvest_all();
         let pool = self.pool();
         self.purge_policy_if_bloated(&pool.budget, &*pool.policy, false);
-        self.write_back_over_dirty_limit(w, pool, false);
+        self.write_back_over_dirty_limit(w, pool, false, false);
         self.wake_parked_writers(pool);
         self.evict_to_low_water(w, pool, false);
         if let Some(h) = self.huge_pool() {
             self.purge_policy_if_bloated(&h.budget, &*h.policy, true);
-            self.write_back_over_dirty_limit(w, h, true);
+            self.write_back_over_dirty_limit(w, h, true, false);
             self.wake_parked_writers(h);
             self.evict_to_low_water(w, h, true);
         }
@@ -114,11 +114,16 @@ impl Shared {
     /// failed within [`WRITE_RETRY_MS`] are left for later; if nothing
     /// could be written, writers stop waiting for the limit until a pass
     /// writes again (`Pool::writeback_stuck`).
+    ///
+    /// `one_piece`: write one batch and leave the rest of the pass for the
+    /// next call (`dirty_wanted` set again): the eviction for space calls
+    /// it between its batches, and a pass frees no space.
     pub(crate) fn write_back_over_dirty_limit(
         &self,
         w: &mut Scratch,
         pool: &Pool,
         huge_pool: bool,
+        one_piece: bool,
     ) {
         if !pool.dirty_wanted.swap(false, Relaxed) {
             return;
@@ -134,7 +139,8 @@ impl Shared {
         }
         let table = self.regions();
         let mut written = false;
-        for region in table.all() {
+        let mut pieces = 0usize;
+        'regions: for region in table.all() {
             if region.huge_pool != huge_pool || region.dirty.load(Relaxed) == 0 {
                 continue;
             }
@@ -146,7 +152,7 @@ impl Shared {
             }
             let Some(_g) = region.enter() else { continue };
             let chunk = (WRITE_BACK_CHUNK / region.page_size).max(1);
-            let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS);
+            let depth = self.queue_depth_of(region);
             // A run cut inside a promoted range would write-protect part of
             // its huge page, and split it: runs of a region that promotes
             // are cut at 2 MiB boundaries only (a promoted range is
@@ -157,6 +163,11 @@ impl Shared {
             };
             let mut p = 0;
             while p < region.pages.len() && !under() && !self.is_shutting_down() {
+                if one_piece && pieces > 0 {
+                    // The rest at the next call.
+                    pool.dirty_wanted.store(true, Relaxed);
+                    break 'regions;
+                }
                 // Lock up to `depth` runs of dirty pages, about `chunk`
                 // pages in all (pinned pages too: they stay resident
                 // either way).
@@ -186,13 +197,20 @@ impl Shared {
                 let runs = std::mem::take(&mut w.runs);
                 let mut results = std::mem::take(&mut w.write_results);
                 self.write_runs(region, &runs, &mut results);
+                pieces += 1;
                 let mut wrote = false;
                 for (run, r) in runs.iter().zip(&results) {
-                    let to = if r.is_ok() {
-                        wrote = true;
-                        PageState::Clean
-                    } else {
-                        PageState::Dirty
+                    let to = match r {
+                        Ok(()) => {
+                            wrote = true;
+                            PageState::Clean
+                        }
+                        Err(e) => {
+                            // Logged once per run of failures
+                            // (`write_runs`); returned by the next flush.
+                            region.defer_error(*e);
+                            PageState::Dirty
+                        }
                     };
                     self.release_run(region, run.clone(), to);
                 }
@@ -318,8 +336,10 @@ impl Shared {
         let page_size = self.largest_page(huge_pool);
         while budget.used() > target() && !self.is_shutting_down() {
             // A writer waiting for the dirty limit is not kept waiting for
-            // a long round of eviction under readers' misses.
-            self.write_back_over_dirty_limit(w, pool, huge_pool);
+            // a long round of eviction under readers' misses, nor the
+            // misses waiting for space for a whole pass (which frees no
+            // space): a piece of the pass between batches.
+            self.write_back_over_dirty_limit(w, pool, huge_pool, true);
             // The huge-page pool's victims are whole 2 MiB ranges, a few
             // to a pool: a batch of 16 would empty it to make room for
             // one. Its batches take what the excess needs, at least one.

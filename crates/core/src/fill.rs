@@ -404,10 +404,10 @@ impl Shared {
             if let Some(e) = failed() {
                 return Err(e);
             }
-            // No background mark below the limit: the eviction for the
-            // limit drops the pages it writes, and a cache with room for
-            // every dirty page should keep them (written back when evicted
-            // for space, or flushed, as before).
+            // No background mark below the limit: a cache with room for
+            // every dirty page keeps them dirty (a page written again is
+            // written back once) until the limit, eviction for space or a
+            // flush writes them.
             let dirty = pool.dirty.load(Relaxed) + bytes;
             // Without evictors (`Builder::evictors(0)`) nobody would write
             // the dirty pages back for a waiting writer: no limit then.
@@ -427,8 +427,8 @@ impl Shared {
                 pool.dirty_wanted.store(true, Relaxed);
                 return Ok(DirtyNow::Go);
             }
-            // At the limit: the evictors write dirty pages back (and drop
-            // them) down to half the limit.
+            // At the limit: the evictors write dirty pages back (in
+            // place) down to half the limit.
             pool.dirty_wanted.store(true, Relaxed);
             self.kick_evictors();
             if !region.in_thread {
@@ -441,7 +441,7 @@ impl Shared {
             }
             // In-thread, the writer's own thread waits (the kernel's
             // writers wait so, in `balance_dirty_pages`) while the
-            // evictors evict dirty pages (a store that fails its writes
+            // evictors write dirty pages back (a store that fails its writes
             // sets this region's failure, or `writeback_stuck`, and the
             // wait ends).
             if waiting.is_none() {

@@ -241,7 +241,7 @@ pub(crate) fn events_main(shared: Arc<Shared>) {
     let Some(uffd) = shared.in_thread_uffd() else {
         return;
     };
-    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), true) {
+    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), false) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio events thread cannot poll: errno {e}");
@@ -249,7 +249,7 @@ pub(crate) fn events_main(shared: Arc<Shared>) {
         }
     };
     let mut msgs = [UffdMsg::default(); 64];
-    while poller.wait() == Wake::Faults {
+    while poller.wait(true) == Wake::Faults {
         loop {
             let n = match uffd.read_messages(&mut msgs) {
                 Ok(n) => n,

@@ -149,10 +149,10 @@ pub(crate) struct Pool {
     /// stays clean, so readers always find pages to evict, even when the
     /// dirty ones cannot be written back.
     pub dirty: AtomicU64,
-    /// A writer waits for the dirty bytes to fall: the evictors evict
-    /// dirty pages (written back, then dropped) until they have.
+    /// A writer waits for the dirty bytes to fall: the evictors write
+    /// dirty pages back in place until they have.
     pub dirty_wanted: AtomicBool,
-    /// The last eviction for the dirty limit wrote nothing (the dirty
+    /// The last write-back for the dirty limit wrote nothing (the dirty
     /// pages' stores fail their writes, or they are pinned or busy):
     /// writers then pass the limit rather than wait for them (a writer of
     /// a failing store is refused first).
@@ -719,6 +719,18 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// A filler that was to be pinned for good could not be.
+    pub(crate) fn clear_filler_cpu(&self, index: usize) {
+        if let Some(c) = self
+            .filler_cpus
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(index)
+        {
+            *c = None;
+        }
     }
 
     /// Records the fillers' CPUs as they start.

@@ -109,19 +109,19 @@ pub(crate) fn spawn_service(
                     _ => allowed.get(i).copied(),
                 })
                 .collect();
-            let allowed = Arc::new(allowed);
+            shared.set_filler_cpus(cpus.clone());
             for (i, &cpu) in cpus.iter().enumerate() {
                 let pin = FillerPin {
+                    index: i,
                     cpu,
-                    allowed: allowed.clone(),
                     pinning,
+                    saved: Vec::new(),
                 };
                 let s = shared.clone();
                 spawn_fn(format!("umio-filler-{i}"), threads, move || {
                     filler_main(s, pin)
                 })?;
             }
-            shared.set_filler_cpus(cpus);
         }
     }
     Ok(())
@@ -198,46 +198,68 @@ impl Pinning {
 
 /// Where one filler runs.
 struct FillerPin {
+    /// Its index among the fillers.
+    index: usize,
     /// Its CPU when pinned (`None`: never pinned).
     cpu: Option<usize>,
-    /// The CPUs it may run on unpinned.
-    allowed: Arc<Vec<usize>>,
     pinning: Pinning,
+    /// The CPUs it ran on before it pinned itself, to go back to.
+    saved: Vec<usize>,
 }
 
 impl FillerPin {
-    /// Pins the calling filler or lets it run anywhere again, and
-    /// registers its poller to be woken by every event (pinned) or only
-    /// when it is the one idle filler woken (`EPOLLEXCLUSIVE`).
-    fn apply(&self, pinned: bool, poller: &Poller) {
-        let affinity = match (pinned, self.cpu) {
-            (true, Some(c)) => crate::sys::proc::set_affinity(&[c]),
-            (false, Some(_)) => crate::sys::proc::set_affinity(&self.allowed),
-            (_, None) => Ok(()),
+    /// Pins the calling filler to its CPU, or puts back the CPUs it ran
+    /// on before. Pinning keeps the CPUs the thread may run on now (the
+    /// application's later `sched_setaffinity` or `taskset -a`, a cpuset),
+    /// and does not pin to a CPU no longer among them.
+    fn apply(&mut self, pin: bool, shared: &Shared) {
+        let Some(c) = self.cpu else {
+            return;
         };
-        if let Err(e) = affinity {
-            log::debug!("umio: setting a filler's CPUs failed: errno {e}");
+        if !pin {
+            // Not pinned (it could not be): nothing to put back.
+            let saved = std::mem::take(&mut self.saved);
+            if !saved.is_empty()
+                && let Err(e) = crate::sys::proc::set_affinity(&saved)
+            {
+                log::debug!("umio: unpinning a filler failed: errno {e}");
+            }
+            return;
         }
-        if let Err(e) = poller.set_exclusive(!pinned) {
-            log::error!("umio: a filler's epoll registration failed: errno {e}");
+        let now = crate::sys::proc::allowed_cpus();
+        if !now.contains(&c) {
+            return;
+        }
+        match crate::sys::proc::set_affinity(&[c]) {
+            Ok(()) => self.saved = now,
+            Err(e) => {
+                log::warn!("umio: pinning a filler to CPU {c} failed: errno {e}");
+                if self.pinning == Pinning::Always {
+                    shared.clear_filler_cpu(self.index);
+                }
+            }
         }
     }
 }
 
 /// A filler: reads fault events and serves them until shutdown, pinned
 /// to its CPU or not as `pin` says.
-fn filler_main(shared: Arc<Shared>, pin: FillerPin) {
+fn filler_main(shared: Arc<Shared>, mut pin: FillerPin) {
     let Some(uffd) = shared.fillers_uffd() else {
         return;
     };
-    let mut pinned = pin.pinning == Pinning::Always;
-    if pinned
-        && let Some(c) = pin.cpu
-        && let Err(e) = crate::sys::proc::set_affinity(&[c])
-    {
-        log::warn!("umio: pinning a filler to CPU {c} failed: errno {e}");
+    // Pinned (or switching to it), the filler waits on the set that every
+    // event wakes, so that the filler of the faulting thread's CPU is
+    // among those woken.
+    if pin.pinning == Pinning::Always {
+        pin.apply(true, &shared);
     }
-    let poller = match Poller::new(uffd.as_raw_fd(), shared.shutdown_fd(), !pinned) {
+    let switches = pin.pinning == Pinning::Measured;
+    let poller = match Poller::new(
+        uffd.as_raw_fd(),
+        shared.shutdown_fd(),
+        pin.pinning != Pinning::Never,
+    ) {
         Ok(p) => p,
         Err(e) => {
             log::error!("umio filler cannot poll: errno {e}");
@@ -253,12 +275,16 @@ fn filler_main(shared: Arc<Shared>, pin: FillerPin) {
     // polls for the next event for a while (`Builder::filler_spin`; by
     // default the runtime measures which is faster, see `spin.rs`).
     let mut polling = false;
+    // Pinned as the tuner asked when this filler last looked (a filler
+    // that could not pin itself waits on the shared set all the same).
+    let mut asked = pin.pinning == Pinning::Always;
     loop {
-        if pin.pinning == Pinning::Measured && shared.spin().pinned() != pinned {
-            pinned = !pinned;
-            pin.apply(pinned, &poller);
+        if switches && shared.spin().pinned() != asked {
+            asked = !asked;
+            pin.apply(asked, &shared);
         }
-        if poller.wait() != Wake::Faults {
+        let exclusive = !(asked || pin.pinning == Pinning::Always);
+        if poller.wait(exclusive) != Wake::Faults {
             break;
         }
         let mut idle_since: Option<Instant> = None;

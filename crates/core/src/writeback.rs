@@ -12,7 +12,7 @@ use umio_backends::{IoRequest, StoreError, StoreOp};
 use umio_cache::{Observed, PageState};
 
 use crate::error::{Error, Result};
-use crate::fill::{MAX_BATCH_RUNS, PerRun};
+use crate::fill::PerRun;
 use crate::region::Region;
 use crate::runs::per_vma;
 use crate::shared::Shared;
@@ -240,7 +240,7 @@ impl Shared {
         // queue full as writes complete (`Store::submit`), and the queue
         // drains (waiting for the batch's slowest write) once per batch,
         // not once per queue's worth.
-        let depth = region.store.queue_depth().clamp(1, MAX_BATCH_RUNS) * BATCH_DEPTHS;
+        let depth = self.queue_depth_of(region) * BATCH_DEPTHS;
         let mut runs: Vec<Range<usize>> = Vec::new();
         let mut results = Vec::new();
         let mut i = pages.start;
@@ -255,7 +255,18 @@ impl Shared {
                 match region.pages.get(i) {
                     Observed::Busy(PageState::Dirty) if runs.is_empty() => {
                         // An evictor or another flush is writing it: wait.
-                        std::thread::yield_now();
+                        // Asynchronous dirty tracking: a write made
+                        // meanwhile does not fault (the page comes back
+                        // Clean, its write seen only by a harvest): wait
+                        // until it is not busy, then look at it again.
+                        if self.pagemap().is_some() {
+                            while matches!(region.pages.get(i), Observed::Busy(_)) {
+                                std::thread::yield_now();
+                            }
+                            self.harvest(region, i..i + 1);
+                        } else {
+                            std::thread::yield_now();
+                        }
                         continue;
                     }
                     // Write what is locked first, then wait for it.

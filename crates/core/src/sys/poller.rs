@@ -1,7 +1,7 @@
-//! Waiting for fault messages: an epoll set per handler thread with the
-//! userfaultfd (added `EPOLLEXCLUSIVE`, one handler woken per event, unless
-//! the handler is pinned to a CPU: see `threads.rs`) and an eventfd that
-//! signals shutdown.
+//! Waiting for fault messages: epoll sets per handler thread with the
+//! userfaultfd (added `EPOLLEXCLUSIVE`, one handler woken per event; and
+//! for a filler that may run pinned to a CPU, a second set without it:
+//! see `threads.rs`) and an eventfd that signals shutdown.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -46,83 +46,69 @@ pub(crate) enum Wake {
     Shutdown,
 }
 
-/// One handler thread's epoll set.
+/// One handler thread's epoll sets: the userfaultfd registered
+/// `EPOLLEXCLUSIVE` in one (an event wakes one idle handler of those
+/// waiting so), and, for a filler that may be pinned, without it in a
+/// second (every event wakes every handler waiting so). Which one a wait
+/// uses is the waiter's choice at each wait: no registration changes,
+/// nothing that can fail between waits. An idle set costs a callback per
+/// event (no thread to wake).
 pub(crate) struct Poller {
-    epfd: OwnedFd,
-    uffd: RawFd,
+    exclusive: OwnedFd,
+    shared: Option<OwnedFd>,
     shutdown_fd: RawFd,
 }
 
-impl Poller {
-    /// `exclusive`: an event wakes one idle handler of those waiting
-    /// exclusively, not every one.
-    pub(crate) fn new(uffd: RawFd, shutdown: &EventFd, exclusive: bool) -> Result<Poller, i32> {
-        // SAFETY: epoll_create1 returns a new descriptor or -1.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epfd < 0 {
-            return Err(errno());
-        }
-        // SAFETY: epfd is fresh and ours.
-        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
-        let add = |fd: RawFd, events: u32| -> Result<(), i32> {
-            let mut ev = libc::epoll_event {
-                events,
-                u64: fd as u64,
-            };
-            // SAFETY: ev is a valid epoll_event; both descriptors are open.
-            let r = unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-            if r < 0 { Err(errno()) } else { Ok(()) }
+/// A new epoll set holding `uffd` (with `flags` beside `EPOLLIN`) and the
+/// shutdown eventfd.
+fn epoll_set(uffd: RawFd, flags: i32, shutdown: RawFd) -> Result<OwnedFd, i32> {
+    // SAFETY: epoll_create1 returns a new descriptor or -1.
+    let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if epfd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: epfd is fresh and ours.
+    let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+    let add = |fd: RawFd, events: u32| -> Result<(), i32> {
+        let mut ev = libc::epoll_event {
+            events,
+            u64: fd as u64,
         };
-        let exclusive = if exclusive { libc::EPOLLEXCLUSIVE } else { 0 };
-        add(uffd, (libc::EPOLLIN | exclusive) as u32)?;
-        add(shutdown.as_raw_fd(), libc::EPOLLIN as u32)?;
+        // SAFETY: ev is a valid epoll_event; both descriptors are open.
+        let r = unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r < 0 { Err(errno()) } else { Ok(()) }
+    };
+    add(uffd, (libc::EPOLLIN | flags) as u32)?;
+    add(shutdown, libc::EPOLLIN as u32)?;
+    Ok(epfd)
+}
+
+impl Poller {
+    /// `shared_too`: a second set, for waits woken by every event.
+    pub(crate) fn new(uffd: RawFd, shutdown: &EventFd, shared_too: bool) -> Result<Poller, i32> {
+        let shutdown_fd = shutdown.as_raw_fd();
         Ok(Poller {
-            epfd,
-            uffd,
-            shutdown_fd: shutdown.as_raw_fd(),
+            exclusive: epoll_set(uffd, libc::EPOLLEXCLUSIVE, shutdown_fd)?,
+            shared: match shared_too {
+                true => Some(epoll_set(uffd, 0, shutdown_fd)?),
+                false => None,
+            },
+            shutdown_fd,
         })
     }
 
-    /// Registers the userfaultfd again, `EPOLLEXCLUSIVE` or not (the flag
-    /// cannot be changed in place: `EPOLL_CTL_MOD` refuses it). Called
-    /// between waits; an event pending meanwhile is seen by the next wait
-    /// (`EPOLL_CTL_ADD` looks at the descriptor's readiness).
-    pub(crate) fn set_exclusive(&self, exclusive: bool) -> Result<(), i32> {
-        // SAFETY: both descriptors are open; DEL takes no event.
-        let r = unsafe {
-            libc::epoll_ctl(
-                self.epfd.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                self.uffd,
-                std::ptr::null_mut(),
-            )
+    /// Blocks until faults are pending or shutdown is signalled: woken
+    /// as one idle handler of those waiting exclusively, or (`exclusive`
+    /// false, where the second set exists) by every event.
+    pub(crate) fn wait(&self, exclusive: bool) -> Wake {
+        let epfd = match (&self.shared, exclusive) {
+            (Some(shared), false) => shared,
+            _ => &self.exclusive,
         };
-        if r < 0 {
-            return Err(errno());
-        }
-        let flag = if exclusive { libc::EPOLLEXCLUSIVE } else { 0 };
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | flag) as u32,
-            u64: self.uffd as u64,
-        };
-        // SAFETY: ev is a valid epoll_event; both descriptors are open.
-        let r = unsafe {
-            libc::epoll_ctl(
-                self.epfd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                self.uffd,
-                &mut ev,
-            )
-        };
-        if r < 0 { Err(errno()) } else { Ok(()) }
-    }
-
-    /// Blocks until faults are pending or shutdown is signalled.
-    pub(crate) fn wait(&self) -> Wake {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 2];
         loop {
             // SAFETY: evs is writable for 2 events.
-            let n = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), evs.as_mut_ptr(), 2, -1) };
+            let n = unsafe { libc::epoll_wait(epfd.as_raw_fd(), evs.as_mut_ptr(), 2, -1) };
             if n < 0 {
                 if errno() == libc::EINTR {
                     continue;
