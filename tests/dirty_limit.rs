@@ -123,7 +123,7 @@ fn a_flush_after_a_write_during_the_limit_s_write_back_has_the_write() {
         return;
     }
     let map = map_store(&rt, &store, true, PrefetchKind::None);
-    let base = map.as_ptr() as *mut u8;
+    let base = map.as_ptr();
     // Resident first (read misses): a write miss past the limit would wait
     // for the write-back that the gate holds.
     for p in 0..24 {
