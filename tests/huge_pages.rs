@@ -667,7 +667,11 @@ fn two_mib_pages_of_ordinary_memory_track_first_writes_through_eviction() {
                 "every page's first write was seen: {st:?}"
             );
         } else {
-            assert!(st.evicted_dirty_pages > 0, "{st:?}");
+            // Written back on their way out, or at the dirty limit first.
+            assert!(
+                st.evicted_dirty_pages + st.limit_written_pages > 0,
+                "{st:?}"
+            );
         }
         assert_same(
             m.as_slice(),

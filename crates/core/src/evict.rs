@@ -203,6 +203,9 @@ impl Shared {
                     let to = match r {
                         Ok(()) => {
                             wrote = true;
+                            self.counters()
+                                .limit_written_pages
+                                .fetch_add(run.len() as u64, Relaxed);
                             PageState::Clean
                         }
                         Err(e) => {

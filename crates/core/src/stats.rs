@@ -160,6 +160,10 @@ counters! {
     evicted_pages,
     /// Of those, pages that were dirty and written back first.
     evicted_dirty_pages,
+    /// Dirty pages written back in place (left in the cache, clean) by the
+    /// dirty limit's write-back: with `evicted_dirty_pages`, the dirty
+    /// pages written back before any flush asked.
+    limit_written_pages,
     /// Bytes of pages evicted while a pool held more than its bound: after
     /// the bound was lowered at run time.
     shrink_evicted_bytes,

@@ -257,8 +257,8 @@ fn print_stats() {
         let s = rt.stats();
         out += &format!(
             "; cache {} MiB: {} faults, {} read misses, {} write misses, {} first writes, \
-             {} prefetched pages, {} MiB read, {} evicted pages ({} dirty), {} MiB written back, \
-             {} faults without progress",
+             {} prefetched pages, {} MiB read, {} evicted pages ({} dirty), {} dirty pages \
+             written back in place, {} MiB written back, {} faults without progress",
             rt.cache_bytes() >> 20,
             s.faults,
             s.read_misses,
@@ -268,6 +268,7 @@ fn print_stats() {
             s.bytes_read >> 20,
             s.evicted_pages,
             s.evicted_dirty_pages,
+            s.limit_written_pages,
             s.bytes_written >> 20,
             s.no_progress_faults
         );
