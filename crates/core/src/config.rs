@@ -63,7 +63,8 @@ pub struct Builder {
     page_cache: bool,
     /// `None`: `UMIO_WRITE_PREDICTION`, else on.
     write_prediction: Option<bool>,
-    /// `None`: `UMIO_PIN_FILLERS`, else chosen when the fillers start.
+    /// `None`: `UMIO_PIN_FILLERS`, else measured where the fillers can be
+    /// pinned.
     pin_fillers: Option<bool>,
     remove_events: bool,
 }
@@ -405,8 +406,8 @@ impl Builder {
     /// unpinned); a filler beyond the CPUs stays unpinned.
     /// [`Runtime::filler_cpus`](crate::Runtime::filler_cpus) says which
     /// filler takes which CPU. Affinity set on the process later
-    /// (`taskset`, a cpuset) is the kernel's to reconcile: a filler whose
-    /// CPU is taken away runs elsewhere.
+    /// (`taskset -a`, a cpuset) is kept: a filler pins itself only to a
+    /// CPU it may still run on, and unpinned goes back to the CPUs it had.
     pub fn pin_fillers(mut self, on: bool) -> Self {
         self.pin_fillers = Some(on);
         self
