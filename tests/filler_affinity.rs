@@ -140,22 +140,24 @@ fn read_from_every_cpu(rt: &Runtime, cpus: &[usize], threads: usize) {
     assert!(s.store_reads as usize >= pages, "{s}");
 }
 
-#[test]
-fn pinned_fillers_take_one_cpu_each_and_serve_every_cpu() {
+/// One filler more than the CPUs (as the default), pinned for good or
+/// never: after reads from every CPU, the runtime and the kernel say each
+/// filler runs on its own CPU (the last on all of them) or on all.
+fn fillers_pinned_or_not(pin: bool) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cpus = allowed_cpus();
-    // One filler more than the CPUs, as the default: the last unpinned.
-    let rt = runtime(cpus.len() + 1, Some(true));
-    assert_eq!(rt.config().pin_fillers, Some(true));
+    let rt = runtime(cpus.len() + 1, Some(pin));
+    assert_eq!(rt.config().pin_fillers, Some(pin));
     read_from_every_cpu(&rt, &cpus, 2 * cpus.len() + 1);
-    let mut want: Vec<Option<usize>> = cpus.iter().copied().map(Some).collect();
-    want.push(None);
+    let want: Vec<Option<usize>> = (0..=cpus.len())
+        .map(|i| if pin { cpus.get(i).copied() } else { None })
+        .collect();
     assert_eq!(rt.filler_cpus(), want);
     let seen = fillers_in_proc();
     assert_eq!(seen.len(), cpus.len() + 1, "{seen:?}");
     for (i, list) in &seen {
-        let expect = match cpus.get(*i) {
-            Some(&c) => c.to_string(),
+        let expect = match want[*i] {
+            Some(c) => c.to_string(),
             None => cpu_list(&cpus),
         };
         assert_eq!(list, &expect, "filler {i}: {seen:?}");
@@ -163,18 +165,13 @@ fn pinned_fillers_take_one_cpu_each_and_serve_every_cpu() {
 }
 
 #[test]
+fn pinned_fillers_take_one_cpu_each_and_serve_every_cpu() {
+    fillers_pinned_or_not(true);
+}
+
+#[test]
 fn unpinned_fillers_may_run_anywhere_and_serve_every_cpu() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cpus = allowed_cpus();
-    let rt = runtime(cpus.len() + 1, Some(false));
-    assert_eq!(rt.config().pin_fillers, Some(false));
-    read_from_every_cpu(&rt, &cpus, 2 * cpus.len() + 1);
-    assert_eq!(rt.filler_cpus(), vec![None; cpus.len() + 1]);
-    let seen = fillers_in_proc();
-    assert_eq!(seen.len(), cpus.len() + 1, "{seen:?}");
-    for (i, list) in &seen {
-        assert_eq!(list, &cpu_list(&cpus), "filler {i}: {seen:?}");
-    }
+    fillers_pinned_or_not(false);
 }
 
 /// The default measures pinning where there is a filler for each of at

@@ -194,31 +194,16 @@ impl Shared {
                 }
                 // Written back in place: the pages stay in the cache,
                 // clean, for eviction to drop when it needs their space.
-                let runs = std::mem::take(&mut w.runs);
-                let mut results = std::mem::take(&mut w.write_results);
-                self.write_runs(region, &runs, &mut results);
+                let (pages, failed) = self.write_back_locked(region, &w.runs, &mut w.write_results);
                 pieces += 1;
-                let mut wrote = false;
-                for (run, r) in runs.iter().zip(&results) {
-                    let to = match r {
-                        Ok(()) => {
-                            wrote = true;
-                            self.counters()
-                                .limit_written_pages
-                                .fetch_add(run.len() as u64, Relaxed);
-                            PageState::Clean
-                        }
-                        Err(e) => {
-                            // Logged once per run of failures
-                            // (`write_runs`); returned by the next flush.
-                            region.defer_error(*e);
-                            PageState::Dirty
-                        }
-                    };
-                    self.release_run(region, run.clone(), to);
+                let wrote = pages > 0;
+                self.counters()
+                    .limit_written_pages
+                    .fetch_add(pages as u64, Relaxed);
+                if let Some(e) = failed {
+                    // Returned by the next flush.
+                    region.defer_error(e);
                 }
-                w.runs = runs;
-                w.write_results = results;
                 written |= wrote;
                 // Below the limit again: the writers parked at it go on
                 // now, while the rest of the pass is written, rather than

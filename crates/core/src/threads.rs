@@ -283,8 +283,7 @@ fn filler_main(shared: Arc<Shared>, mut pin: FillerPin) {
             asked = !asked;
             pin.apply(asked, &shared);
         }
-        let exclusive = !(asked || pin.pinning == Pinning::Always);
-        if poller.wait(exclusive) != Wake::Faults {
+        if poller.wait(!asked) != Wake::Faults {
             break;
         }
         let mut idle_since: Option<Instant> = None;

@@ -141,6 +141,34 @@ impl Shared {
         })
     }
 
+    /// [`write_runs`](Shared::write_runs), then unlocks each run Clean if it
+    /// was written, Dirty if not (failures are logged once per run of them
+    /// by `write_runs`). Returns the pages written and the first failure.
+    pub(crate) fn write_back_locked(
+        &self,
+        region: &Region,
+        runs: &[Range<usize>],
+        results: &mut Vec<Result<(), StoreError>>,
+    ) -> (usize, Option<StoreError>) {
+        self.write_runs(region, runs, results);
+        let mut written = 0;
+        let mut first = None;
+        for (run, r) in runs.iter().zip(results.iter()) {
+            let to = match r {
+                Ok(()) => {
+                    written += run.len();
+                    PageState::Clean
+                }
+                Err(e) => {
+                    first.get_or_insert(*e);
+                    PageState::Dirty
+                }
+            };
+            self.release_run(region, run.clone(), to);
+        }
+        (written, first)
+    }
+
     /// Records what a batch of writes to `region`'s store did: a failure
     /// (its first) makes the region refuse new writes to clean pages until
     /// a write succeeds again (`Shared::may_dirty`); the first failure of
@@ -307,16 +335,8 @@ impl Shared {
             if runs.is_empty() {
                 continue;
             }
-            self.write_runs(region, &runs, &mut results);
-            for (run, r) in runs.iter().zip(&results) {
-                match r {
-                    Ok(()) => self.release_run(region, run.clone(), PageState::Clean),
-                    Err(e) => {
-                        // Logged once per run of failures (`write_runs`).
-                        first.get_or_insert(*e);
-                        self.release_run(region, run.clone(), PageState::Dirty);
-                    }
-                }
+            if let (_, Some(e)) = self.write_back_locked(region, &runs, &mut results) {
+                first.get_or_insert(e);
             }
         }
         match first {
